@@ -1,0 +1,197 @@
+"""Split a fused model into segments: runs of standard ops for onnxruntime, fused ops for kernels.
+
+The plan is made once per session. It works on an `onnx.ModelProto` and imports neither torch
+nor triton, so it can be inspected (and tested) anywhere.
+
+A node goes to a kernel when it is in the onnxfuse domain and `kernel_reason(node)` returns None;
+every other node (standard ops, and fused ops without a kernel, which then run through their
+function body) joins an ORT segment. Nodes are scheduled with Kahn's algorithm preferring the
+kind of the segment being built, so independent standard ops gather into one ORT call instead
+of splitting it at every fused node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterable
+
+import onnx
+
+from onnxfuse.ops import DOMAIN
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    kind: str  # "ort" or "kernel"
+    nodes: tuple[onnx.NodeProto, ...]
+    inputs: tuple[str, ...]  # values read from earlier segments or graph inputs (not initializers)
+    outputs: tuple[str, ...]  # values later segments or the graph outputs read
+    initializers: tuple[str, ...]  # initializers the nodes read
+
+    @property
+    def label(self) -> str:
+        if self.kind == "kernel":
+            n = self.nodes[0]
+            return f"kernel {n.op_type} '{n.name or n.output[0]}'"
+        return f"ort segment of {len(self.nodes)} node(s)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Fallback:
+    """A fused node that runs through its function body in ORT, and why."""
+
+    node: str
+    op_type: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    segments: tuple[Segment, ...]
+    fallbacks: tuple[Fallback, ...]
+    # last segment index reading each value, so the executor can drop it after that
+    last_use: dict[str, int]
+
+    def summary(self) -> str:
+        kinds = [s.kind for s in self.segments]
+        return f"{kinds.count('kernel')} kernel call(s), {kinds.count('ort')} ORT segment(s)"
+
+
+def is_fused(node: onnx.NodeProto) -> bool:
+    return node.domain == DOMAIN
+
+
+def node_reads(node: onnx.NodeProto) -> list[str]:
+    """Every value a node reads, including outer-scope values read inside its subgraphs."""
+    names = [i for i in node.input if i]
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
+        for g in graphs:
+            names.extend(_outer_reads(g))
+    return names
+
+
+def _outer_reads(graph: onnx.GraphProto) -> list[str]:
+    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    reads = []
+    for node in graph.node:
+        for name in node_reads(node):
+            if name not in local:
+                reads.append(name)
+        local.update(o for o in node.output if o)
+    return reads
+
+
+def make_plan(model: onnx.ModelProto, kernel_reason: Callable[[onnx.NodeProto], str | None]) -> Plan:
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    fallbacks: list[Fallback] = []
+    kinds: list[str] = []
+    for node in graph.node:
+        if is_fused(node):
+            reason = kernel_reason(node)
+            if reason is None:
+                kinds.append("kernel")
+                continue
+            fallbacks.append(Fallback(node.name or node.output[0], node.op_type, reason))
+        kinds.append("ort")
+
+    order = _schedule(graph.node, kinds)
+    groups: list[tuple[str, list[int]]] = []
+    for i in order:
+        kind = kinds[i]
+        if kind == "ort" and groups and groups[-1][0] == "ort":
+            groups[-1][1].append(i)
+        else:
+            groups.append((kind, [i]))
+
+    graph_outputs = [o.name for o in graph.output]
+    reads_after: list[set[str]] = [set() for _ in groups]
+    running: set[str] = set(graph_outputs)
+    for g in range(len(groups) - 1, -1, -1):
+        reads_after[g] = set(running)
+        for i in groups[g][1]:
+            running.update(node_reads(graph.node[i]))
+
+    segments = []
+    last_use: dict[str, int] = {}
+    for g, (kind, idx) in enumerate(groups):
+        nodes = tuple(graph.node[i] for i in idx)
+        produced: set[str] = set()
+        inputs: list[str] = []
+        inits: list[str] = []
+        for n in nodes:
+            for name in node_reads(n):
+                if name in produced:
+                    continue
+                target = inits if name in initializers else inputs
+                if name not in target:
+                    target.append(name)
+            produced.update(o for o in n.output if o)
+        outputs = [o for n in nodes for o in n.output if o and o in reads_after[g]]
+        for name in inputs:
+            last_use[name] = g
+        segments.append(Segment(kind, nodes, tuple(inputs), tuple(outputs), tuple(inits)))
+    return Plan(tuple(segments), tuple(fallbacks), last_use)
+
+
+def _schedule(nodes: Iterable[onnx.NodeProto], kinds: list[str]) -> list[int]:
+    """A topological order that keeps nodes of one kind together where dependencies allow."""
+    nodes = list(nodes)
+    producer: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                producer[o] = i
+    deps: list[set[int]] = []
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, n in enumerate(nodes):
+        d = {producer[name] for name in node_reads(n) if name in producer and producer[name] != i}
+        deps.append(d)
+        for j in d:
+            users[j].append(i)
+    pending = [len(d) for d in deps]
+    ready = {"ort": [], "kernel": []}
+    for i in range(len(nodes)):
+        if pending[i] == 0:
+            ready[kinds[i]].append(i)
+    order: list[int] = []
+    current = kinds[0] if nodes else "ort"
+    while ready["ort"] or ready["kernel"]:
+        if not ready[current]:
+            current = "kernel" if current == "ort" else "ort"
+        # lowest original index first: stable and close to the author's order
+        ready[current].sort()
+        i = ready[current].pop(0)
+        order.append(i)
+        for u in users[i]:
+            pending[u] -= 1
+            if pending[u] == 0:
+                ready[kinds[u]].append(u)
+        # a kernel is a segment of its own: after one, let standard ops gather again
+        if current == "kernel" and ready["ort"]:
+            current = "ort"
+    if len(order) != len(nodes):
+        raise ValueError("the graph has a cycle or a node reads a value nothing produces")
+    return order
+
+
+def submodel(model: onnx.ModelProto, segment: Segment, value_types: dict[str, onnx.TypeProto]) -> onnx.ModelProto:
+    """A standalone model running one ORT segment (same opsets and model-local functions)."""
+    inits = {t.name: t for t in model.graph.initializer}
+
+    def info(name: str) -> onnx.ValueInfoProto:
+        vi = onnx.ValueInfoProto(name=name)
+        if name in value_types:
+            vi.type.CopyFrom(value_types[name])
+        return vi
+
+    graph = onnx.GraphProto(name=f"{model.graph.name or 'graph'}_segment")
+    graph.node.extend(segment.nodes)
+    graph.input.extend(info(n) for n in segment.inputs)
+    graph.output.extend(info(n) for n in segment.outputs)
+    graph.initializer.extend(inits[n] for n in segment.initializers)
+    sub = onnx.ModelProto(ir_version=model.ir_version, producer_name="onnxfuse-runtime", graph=graph)
+    sub.opset_import.extend(model.opset_import)
+    sub.functions.extend(model.functions)
+    return sub
