@@ -1,0 +1,50 @@
+"""Triton kernels of the fused onnxfuse ops (installed as onnxfuse.kernels).
+
+Importing this package imports neither torch nor triton: the public functions below load the
+kernel modules on first call. Without CUDA the kernels run in Triton's interpreter
+(TRITON_INTERPRET=1 is set before triton is first imported; see kernels/triton_env.py).
+docs/kernels.md documents the API, the dispatch and the tuning cache.
+"""
+
+from __future__ import annotations
+
+from onnxfuse.kernels.support import supported
+
+__all__ = ["dequant_matmul", "dequant_gather", "dequantize", "quantize_dequantize", "supported"]
+
+
+def dequant_matmul(a, w, scale, zero_point, global_scale, bias, *, K, N, block_size, weight_format,
+                   scale_format, out=None):
+    """Y = A @ W + bias with W in the docs/ops.md row layout [N, Kb]. A: [..., K] fp16/bf16/fp32."""
+    from onnxfuse.kernels.dequant_matmul import dequant_matmul as impl
+
+    return impl(a, w, scale, zero_point, global_scale, bias, K=K, N=N, block_size=block_size,
+                weight_format=weight_format, scale_format=scale_format, out=out)
+
+
+def dequant_gather(table, scale, zero_point, global_scale, indices, *, D, block_size, weight_format,
+                   scale_format, out_dtype):
+    """dequant(table)[indices]: [*indices.shape, D] of out_dtype (a torch dtype)."""
+    from onnxfuse.kernels.dequant_ops import dequant_gather as impl
+
+    return impl(table, scale, zero_point, global_scale, indices, D=D, block_size=block_size,
+                weight_format=weight_format, scale_format=scale_format, out_dtype=out_dtype)
+
+
+def dequantize(x, scale, zero_point, global_scale, *, shape, axis, block_size, weight_format, scale_format,
+               out_dtype):
+    """The row-layout tensor x [R, Kb] decoded and laid out as `shape` (blocked axis `axis`)."""
+    from onnxfuse.kernels.dequant_ops import dequantize as impl
+
+    return impl(x, scale, zero_point, global_scale, shape=shape, axis=axis, block_size=block_size,
+                weight_format=weight_format, scale_format=scale_format, out_dtype=out_dtype)
+
+
+def quantize_dequantize(x, scale, zero_point, global_scale, *, element_format, axis, block_size, mode,
+                        scale_rule, rounding_mode="even", saturate=True):
+    """Fake quantization of x (static scale, or dynamic MX / NVFP4 / absmax block scales)."""
+    from onnxfuse.kernels.quantize_dequantize import quantize_dequantize as impl
+
+    return impl(x, scale, zero_point, global_scale, element_format=element_format, axis=axis,
+                block_size=block_size, mode=mode, scale_rule=scale_rule, rounding_mode=rounding_mode,
+                saturate=saturate)

@@ -193,5 +193,22 @@ def submodel(model: onnx.ModelProto, segment: Segment, value_types: dict[str, on
     graph.initializer.extend(inits[n] for n in segment.initializers)
     sub = onnx.ModelProto(ir_version=model.ir_version, producer_name="onnxfuse-runtime", graph=graph)
     sub.opset_import.extend(model.opset_import)
-    sub.functions.extend(model.functions)
+    sub.functions.extend(_functions_used(model, segment.nodes))
     return sub
+
+
+def _functions_used(model: onnx.ModelProto, nodes) -> list[onnx.FunctionProto]:
+    """The model-local functions the nodes call, directly or from other functions' bodies."""
+    table = {(f.domain, f.name, f.overload): f for f in model.functions}
+    used: dict = {}
+    stack = list(nodes)
+    while stack:
+        n = stack.pop()
+        key = (n.domain, n.op_type, n.overload)
+        if key in table and key not in used:
+            used[key] = table[key]
+            stack.extend(table[key].node)
+        for attr in n.attribute:
+            for g in ([attr.g] if attr.HasField("g") else list(attr.graphs)):
+                stack.extend(g.node)
+    return [f for k, f in table.items() if k in used]

@@ -1,0 +1,36 @@
+"""Small launches of every kernel, for `compute-sanitizer --tool memcheck python benchmarks/sanitize_kernels.py`."""
+
+import numpy as np
+import torch
+
+from onnxfuse.kernels import dequant_gather, dequant_matmul, dequantize, quantize_dequantize
+from onnxfuse.kernels import reference as ref
+from onnxfuse.kernels.dequant_matmul import dequant_matmul as dqmm
+
+rng = np.random.default_rng(0)
+t = lambda x: None if x is None else torch.from_numpy(np.ascontiguousarray(x)).cuda()  # noqa: E731
+for wf, sf, bs, zp, two in (("int4", "float16", 32, True, False), ("float4e2m1", "float8e4m3fn", 16, False, True),
+                            ("float8e4m3fn", "float8e8m0", 32, False, False), ("int2", "bfloat16", 64, True, False),
+                            ("int4", "float32", 3, False, False)):
+    K, N = 333, 77
+    c = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp, global_scale=two)
+    for M in (1, 2, 4, 9, 70):
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        bias = torch.randn(N, device="cuda", dtype=torch.float16)
+        kw = dict(K=K, N=N, block_size=bs, weight_format=wf, scale_format=sf)
+        dequant_matmul(a, t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), bias, **kw)
+        if bs != 3:
+            split_cfg = (dict(BLOCK_N=16, BLOCK_KB=32, SPLIT_K=4, num_warps=4, num_stages=2) if M <= 4 else
+                         dict(BLOCK_M=16, BLOCK_N=32, BLOCK_KB=32, SPLIT_K=3, num_warps=4, num_stages=2, GROUP_M=4))
+            dqmm(a, t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), bias, config=split_cfg, **kw)
+    dequant_gather(t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), torch.tensor([0, 76, -1, 200], device="cuda"),
+                   D=K, block_size=bs, weight_format=wf, scale_format=sf, out_dtype=torch.float16)
+    dequantize(t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), shape=(N, K), axis=1, block_size=bs,
+               weight_format=wf, scale_format=sf, out_dtype=torch.float32)
+x = torch.randn(37, 333, device="cuda")
+for el, rule in (("float4e2m1", "mx"), ("float4e2m1", "nvfp4"), ("int8", "mx"), ("float8e4m3fn", "absmax")):
+    quantize_dequantize(x, None, None, None, element_format=el, axis=1, block_size=32, mode="dynamic", scale_rule=rule)
+quantize_dequantize(x, torch.tensor(0.05, device="cuda"), torch.tensor(3, dtype=torch.uint8, device="cuda"), None,
+                    element_format="uint8", axis=1, block_size=0, mode="static", scale_rule="")
+torch.cuda.synchronize()
+print("sanitize run complete")

@@ -1,0 +1,113 @@
+"""A small on-disk autotuner: the chosen launch config per (GPU, Triton version, kernel, shape bucket).
+
+A deployed process reads the file once and never re-tunes a bucket it has seen. The file lives in
+$ONNXFUSE_CACHE_DIR (default ~/.cache/onnxfuse/autotune), one JSON file per GPU name and Triton
+version, written atomically (temporary file, then rename) so concurrent processes at worst
+repeat a measurement. ONNXFUSE_AUTOTUNE=0 skips measuring and uses each kernel's heuristic
+default (the interpreter always does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("ONNXFUSE_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path.home() / ".cache" / "onnxfuse" / "autotune"
+
+
+def m_bucket(m: int) -> int:
+    """Rows of A rounded up to a power of two (at most 4096): configs are shared inside a bucket."""
+    b = 1
+    while b < m and b < 4096:
+        b *= 2
+    return b
+
+
+class TuningCache:
+    """The configs chosen on one GPU under one Triton version, backed by one JSON file."""
+
+    def __init__(self, device_name: str, triton_version: str, directory: Path | None = None):
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{device_name}-triton{triton_version}")
+        self.path = (directory or cache_dir()) / f"{safe}.json"
+        self._entries: dict[str, dict] | None = None
+
+    def _load(self) -> dict[str, dict]:
+        if self._entries is None:
+            try:
+                self._entries = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                self._entries = {}
+        return self._entries
+
+    def get(self, key: str) -> dict | None:
+        return self._load().get(key)
+
+    def put(self, key: str, config: dict) -> None:
+        entries = self._load()
+        entries[key] = config
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Merge with what another process may have written meanwhile.
+            try:
+                on_disk = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                on_disk = {}
+            on_disk.update(entries)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tune-", suffix=".json")
+            with os.fdopen(fd, "w") as f:
+                json.dump(on_disk, f, indent=1, sort_keys=True)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a read-only home only costs re-tuning in the next process
+
+
+def tuning_enabled() -> bool:
+    from onnxfuse.kernels import triton_env
+
+    return not triton_env.interpreting() and os.environ.get("ONNXFUSE_AUTOTUNE", "1") != "0"
+
+
+def choose(cache: TuningCache, key: str, candidates: Sequence[dict], time_one: Callable[[dict], float]) -> dict:
+    """The cached config for key, else the fastest candidate by time_one (seconds or ms), cached."""
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    if not tuning_enabled() or len(candidates) == 1:
+        return dict(candidates[0])
+    best, best_t = None, float("inf")
+    for cfg in candidates:
+        try:
+            t = time_one(cfg)
+        except Exception:  # a config that fails to compile (e.g. out of shared memory) is skipped
+            continue
+        if t < best_t:
+            best, best_t = cfg, t
+    if best is None:
+        return dict(candidates[0])
+    chosen = dict(best)
+    cache.put(key, chosen)
+    return chosen
+
+
+_caches: dict[tuple, TuningCache] = {}
+
+
+def cache_for_device(device) -> TuningCache:
+    """One TuningCache per (device name, Triton version, directory) in this process."""
+    import torch
+    import triton
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "interpreter"
+    key = (name, triton.__version__, str(cache_dir()))
+    if key not in _caches:
+        _caches[key] = TuningCache(name, triton.__version__, Path(key[2]))
+    return _caches[key]

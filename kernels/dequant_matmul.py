@@ -1,0 +1,207 @@
+"""DequantMatMul: dispatch by problem shape, launch configs, autotuning.
+
+  M <= 4           dqmm_gemv_kernel (FP32 FMAs, split-K so small layers still fill the SMs)
+  4 < M            dqmm_gemm_kernel (tl.dot, fp16/bf16 operands, fp32 accumulate; split-K for small M)
+  large M          the autotuner may instead pick "materialise": decode W once to A's dtype and
+                   run cuBLAS, when that measures faster (the decode is one pass over W)
+  other blocks     block sizes that are not a power of two or split a byte: materialise (exact,
+                   any block size)
+"""
+
+from __future__ import annotations
+
+from onnxfuse import codes
+from onnxfuse.diagnostics import OnnxfuseError
+from onnxfuse.kernels import autotune, format_codes, inputs, triton_env
+from onnxfuse.kernels.dequant_matmul_kernels import dqmm_gemm_kernel, dqmm_gemv_kernel, splitk_epilogue_kernel
+from onnxfuse.kernels.dequant_rows import decode_rows_device
+
+torch, triton, tl = triton_env.load()
+
+GEMV_MAX_M = 4
+
+
+def _sm_count(device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
+
+
+def _pow2_floor(x: int) -> int:
+    p = 1
+    while p * 2 <= x:
+        p *= 2
+    return p
+
+
+def _split_for(programs: int, k_steps: int, sms: int, target_per_sm: int) -> int:
+    """Split K until about target_per_sm programs per SM exist, keeping >= 4 K steps per split."""
+    want = max(1, (target_per_sm * sms) // max(programs, 1))
+    return max(1, min(_pow2_floor(want), _pow2_floor(max(1, k_steps // 4))))
+
+
+def _tile_shape(element, block_size: int, block_kb: int) -> tuple[int, int]:
+    """(NG, BSB): a K step of block_kb bytes as NG scale blocks of BSB bytes."""
+    bsb = min(block_size // element.codes_per_byte, block_kb)
+    return block_kb // bsb, bsb
+
+
+def gemv_candidates(M, N, Kb, element, device) -> list[dict]:
+    sms = _sm_count(device)
+    if triton_env.interpreting():
+        return [dict(BLOCK_N=16, BLOCK_KB=32, SPLIT_K=1, num_warps=4, num_stages=1)]
+    out = []
+    for bn, bkb, warps in ((16, 256, 4), (8, 512, 4), (32, 256, 8)):
+        bkb = min(bkb, triton.next_power_of_2(Kb))
+        progs = triton.cdiv(N, bn)
+        split = _split_for(progs, triton.cdiv(Kb, bkb), sms, 4)
+        out.append(dict(BLOCK_N=bn, BLOCK_KB=bkb, SPLIT_K=split, num_warps=warps, num_stages=3))
+    return out
+
+
+def gemm_candidates(M, N, Kb, element, device) -> list[dict]:
+    cpb = element.codes_per_byte
+    if triton_env.interpreting():
+        return [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_KB=16, SPLIT_K=1, num_warps=4, num_stages=1, GROUP_M=4)]
+    sms = _sm_count(device)
+    out = []
+    if M <= 64:
+        bm = max(16, triton.next_power_of_2(M))
+        shapes = ((bm, 64, 128 // cpb, 4, 4), (bm, 128, 128 // cpb, 4, 4), (bm, 64, 256 // cpb, 4, 3))
+    else:
+        shapes = ((128, 128, 64 // cpb, 8, 4), (128, 256, 64 // cpb, 8, 3), (64, 128, 64 // cpb, 4, 4))
+    for bm, bn, bkb, warps, stages in shapes:
+        bkb = max(16, bkb)
+        progs = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+        split = _split_for(progs, triton.cdiv(Kb, bkb), sms, 2) if M <= 64 else 1
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_KB=bkb, SPLIT_K=split, num_warps=warps,
+                        num_stages=stages, GROUP_M=8))
+    if M >= 512:
+        out.append(dict(MATERIALISE=True))
+    return out
+
+
+def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_code, cfg, gemv: bool):
+    M = a2.shape[0]
+    Kb = w.shape[1]
+    G = s.shape[1]
+    if cfg.get("MATERIALISE"):
+        return _materialise(a2, w, s, z, gs, bias, out2, K=K, block_size=block_size, element=element,
+                            scale_code=scale_code)
+    nb, bkb = cfg["BLOCK_N"], cfg["BLOCK_KB"]
+    ng, bsb = _tile_shape(element, block_size, bkb)
+    kb_per_split = triton.cdiv(triton.cdiv(Kb, cfg["SPLIT_K"]), bkb) * bkb
+    split = triton.cdiv(Kb, kb_per_split)
+    ws = torch.zeros((M, N), dtype=torch.float32, device=a2.device) if split > 1 else out2
+    dummy = w
+    common = dict(WFMT=element.id, SFMT=scale_code.id, BITS=element.bits, CPB=element.codes_per_byte,
+                  BS=block_size, HAS_ZP=z is not None, HAS_GS=gs is not None, HAS_BIAS=bias is not None,
+                  BLOCK_N=nb, NG=ng, BSB=bsb, ATOMIC=split > 1, num_warps=cfg["num_warps"],
+                  num_stages=cfg["num_stages"])
+    args = (a2, w, s, z if z is not None else dummy, gs if gs is not None else dummy,
+            bias if bias is not None else dummy, out2, ws, M, N, K, Kb, G, a2.stride(0), w.stride(0), s.stride(0),
+            z.stride(0) if z is not None else 0, out2.stride(0), kb_per_split)
+    if gemv:
+        bm = 1 if M == 1 else (2 if M == 2 else 4)
+        dqmm_gemv_kernel[(triton.cdiv(N, nb), split)](*args, BLOCK_M=bm, **common)
+    else:
+        bm = cfg["BLOCK_M"]
+        grid = (triton.cdiv(M, bm) * triton.cdiv(N, nb), split)
+        dqmm_gemm_kernel[grid](*args, BLOCK_M=bm, GROUP_M=cfg["GROUP_M"], DOT_F32=a2.dtype == torch.float32 or (
+                                   a2.dtype == torch.bfloat16 and triton_env.interpreting()),
+                               **common)
+    if split > 1:
+        block = 1024
+        splitk_epilogue_kernel[(triton.cdiv(M * N, block),)](ws, bias if bias is not None else dummy, out2, M, N,
+                                                             out2.stride(0), HAS_BIAS=bias is not None,
+                                                             BLOCK=block, num_warps=4)
+    return out2
+
+
+def _materialise(a2, w, s, z, gs, bias, out2, *, K, block_size, element, scale_code):
+    """Decode W once ([N, K] in A's dtype on a GPU, float32 on a CPU), then one library matmul."""
+    on_gpu = a2.device.type == "cuda"
+    wdt = a2.dtype if on_gpu else torch.float32
+    wd = decode_rows_device(w, s, z, gs, K=K, block_size=block_size, element=element, scale_code=scale_code,
+                            out_dtype=wdt)
+    if on_gpu:
+        y = torch.matmul(a2, wd.t())  # cuBLAS accumulates fp16/bf16 products in fp32
+    else:
+        y = torch.matmul(a2.to(torch.float32), wd.t())
+    if bias is not None:
+        y = y + bias.to(y.dtype)
+    out2.copy_(y)
+    return out2
+
+
+def _time_config(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+
+
+def dequant_matmul(a, w, scale, zero_point=None, global_scale=None, bias=None, *, K, N, block_size,
+                   weight_format, scale_format, out=None, config=None):
+    """Y = A @ W (+ bias), W decoded from the docs/ops.md row layout. See docs/kernels.md.
+
+    `config` forces a launch config (tests and benchmarks); normally the autotuner picks it.
+    """
+    element, scale_code = inputs.formats(weight_format, scale_format)
+    inputs.same_device(a, w, scale, zero_point, bias)
+    if a.shape[-1] != K:
+        raise OnnxfuseError.of(codes.INPUT_INVALID, f"A's last dimension is {a.shape[-1]}, expected K={K}")
+    if a.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise OnnxfuseError.of(codes.INPUT_INVALID, f"A must be float16, bfloat16 or float32, got {a.dtype}")
+    if w.shape[0] != N:
+        raise OnnxfuseError.of(codes.INPUT_INVALID, f"W has {w.shape[0]} rows, expected N={N}")
+    w = inputs.codes_uint8(torch, w, "W")
+    z = inputs.codes_uint8(torch, zero_point, "zero_point")
+    s = inputs.scale_storage(torch, scale, scale_code)
+    inputs.check_rows(w, s, z, K=K, block_size=block_size, element=element, what="W")
+    if bias is not None and tuple(bias.shape) != (N,):
+        raise OnnxfuseError.of(codes.INPUT_INVALID, f"bias has shape {tuple(bias.shape)}, expected ({N},)")
+    gs = inputs.global_scale_tensor(torch, global_scale, a.device)
+    w, s = w.contiguous(), s.contiguous()
+    z = z.contiguous() if z is not None else None
+    lead = a.shape[:-1]
+    a2 = a.reshape(-1, K)
+    if a2.stride(-1) != 1:
+        a2 = a2.contiguous()
+    M = a2.shape[0]
+    if out is None:
+        out = torch.empty((*lead, N), dtype=a.dtype, device=a.device)
+    elif tuple(out.shape) != (*lead, N) or out.dtype != a.dtype or not out.is_contiguous():
+        raise OnnxfuseError.of(codes.INPUT_INVALID, f"out must be a contiguous {a.dtype} tensor of shape {(*lead, N)}")
+    out2 = out.view(M, N)
+    if M == 0 or N == 0:
+        return out
+    if K == 0:
+        out2.copy_(bias.expand(M, N) if bias is not None else torch.zeros_like(out2))
+        return out
+    kw = dict(K=K, N=N, block_size=block_size, element=element, scale_code=scale_code)
+    if format_codes.fast_path_reason(element, block_size) is not None:
+        _materialise(a2, w, s, z, gs, bias, out2, K=K, block_size=block_size, element=element, scale_code=scale_code)
+        return out
+    gemv = M <= GEMV_MAX_M
+    if config is None:
+        config = _pick_config(a2, w, s, z, gs, bias, out2, gemv=gemv, **kw)
+    _launch(a2, w, s, z, gs, bias, out2, cfg=config, gemv=gemv and not config.get("MATERIALISE"), **kw)
+    return out
+
+
+def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element, scale_code):
+    M, Kb = a2.shape[0], w.shape[1]
+    cands = (gemv_candidates if gemv else gemm_candidates)(M, N, Kb, element, a2.device)
+    if len(cands) == 1:
+        return cands[0]
+    kernel = "gemv" if gemv else "gemm"
+    key = (f"dqmm-{kernel}|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
+           f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
+           f"M{autotune.m_bucket(M)}|N{N}|K{K}")
+    scratch = torch.empty_like(out2)
+    kw = dict(K=K, N=N, block_size=block_size, element=element, scale_code=scale_code)
+
+    def time_one(cfg):
+        def run():
+            _launch(a2, w, s, z, gs, bias, scratch, cfg=cfg, gemv=gemv and not cfg.get("MATERIALISE"), **kw)
+        return _time_config(run)
+
+    return autotune.choose(autotune.cache_for_device(a2.device), key, cands, time_one)

@@ -1,0 +1,192 @@
+"""The DequantMatMul Triton kernels: a GEMV for M <= 4 and a tiled tl.dot GEMM for larger M.
+
+Both read the docs/ops.md row layout W[N, Kb] directly. A K step of one program covers BLOCK_KB
+bytes of BLOCK_N rows, viewed as [BLOCK_N, NG, BSB]: NG scale blocks of BSB bytes each, so every
+byte load is a contiguous run along the row (16-byte vector loads) and scales/zero points are
+loaded once per (row, block), never per element. The codes sharing a byte (sub-position `sub`)
+are decoded one sub-position at a time; the activation is loaded at the matching K positions
+(k = byte * CPB + sub), so no interleaving shuffle of the weight is needed.
+
+Split-K (grid axis 1) lets small-N layers keep every SM streaming weight: partial sums go to a
+float32 workspace with atomic adds and a tiny epilogue adds the bias and casts.
+"""
+
+from __future__ import annotations
+
+from onnxfuse.kernels import triton_env
+from onnxfuse.kernels.decode import decode_element, decode_scale
+
+torch, triton, tl = triton_env.load()
+
+
+@triton.jit
+def _load_block_tile(w_ptr, s_ptr, z_ptr, offs_n, n_mask, kb0, Kb, G, stride_wn, stride_sn, stride_zn,
+                     WFMT: tl.constexpr, SFMT: tl.constexpr, CPB: tl.constexpr, BS: tl.constexpr,
+                     HAS_ZP: tl.constexpr, NG: tl.constexpr, BSB: tl.constexpr):
+    """Bytes [BLOCK_N, NG, BSB] (int32), scales [BLOCK_N, NG] (float32), zero points [BLOCK_N, NG]."""
+    g_ar = tl.arange(0, NG)
+    j_ar = tl.arange(0, BSB)
+    byte = kb0 + g_ar[:, None] * BSB + j_ar[None, :]
+    wmask = n_mask[:, None, None] & (byte < Kb)[None, :, :]
+    wb = tl.load(w_ptr + offs_n[:, None, None].to(tl.int64) * stride_wn + byte[None, :, :], mask=wmask, other=0)
+    wb = wb.to(tl.int32)
+    grp = ((kb0 + g_ar * BSB) * CPB) // BS
+    smask = n_mask[:, None] & (grp < G)[None, :]
+    raw_s = tl.load(s_ptr + offs_n[:, None].to(tl.int64) * stride_sn + grp[None, :], mask=smask, other=0)
+    s = decode_scale(raw_s, SFMT)
+    if HAS_ZP:
+        raw_z = tl.load(z_ptr + offs_n[:, None].to(tl.int64) * stride_zn + grp[None, :], mask=smask, other=0)
+        z = decode_element(raw_z.to(tl.int32), WFMT)
+    else:
+        z = tl.zeros_like(s)
+    return wb, byte, s, z
+
+
+@triton.jit
+def _act_row(a_ptr, m, M, stride_am, k, kmask):
+    row_ok = (k * 0 + m) < M  # as a tensor: m and M may both be compile-time constants
+    return tl.load(a_ptr + m * stride_am + k, mask=kmask & row_ok, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def dqmm_gemv_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_ptr,
+                     M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_zn, stride_om, kb_per_split,
+                     WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
+                     BS: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NG: tl.constexpr, BSB: tl.constexpr,
+                     ATOMIC: tl.constexpr):
+    """Y[m, n] for m < M <= BLOCK_M <= 4: FP32 FMAs (bandwidth-bound, tensor cores would idle)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    BLOCK_KB: tl.constexpr = NG * BSB
+    MASK: tl.constexpr = (1 << BITS) - 1
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    kb_start = pid_k * kb_per_split
+    kb_end = tl.minimum(kb_start + kb_per_split, Kb)
+    acc0 = tl.zeros((BLOCK_N, NG), tl.float32)
+    acc1 = tl.zeros((BLOCK_N, NG), tl.float32)
+    acc2 = tl.zeros((BLOCK_N, NG), tl.float32)
+    acc3 = tl.zeros((BLOCK_N, NG), tl.float32)
+    for kb0 in range(kb_start, kb_end, BLOCK_KB):
+        wb, byte, s, z = _load_block_tile(w_ptr, s_ptr, z_ptr, offs_n, n_mask, kb0, Kb, G, stride_wn, stride_sn,
+                                          stride_zn, WFMT, SFMT, CPB, BS, HAS_ZP, NG, BSB)
+        t0 = tl.zeros((BLOCK_N, NG), tl.float32)
+        t1 = tl.zeros((BLOCK_N, NG), tl.float32)
+        t2 = tl.zeros((BLOCK_N, NG), tl.float32)
+        t3 = tl.zeros((BLOCK_N, NG), tl.float32)
+        for sub in tl.static_range(CPB):
+            q = decode_element((wb >> (sub * BITS)) & MASK, WFMT)
+            if HAS_ZP:
+                q = q - z[:, :, None]
+            k = byte * CPB + sub
+            kmask = k < K
+            t0 += tl.sum(q * _act_row(a_ptr, 0, M, stride_am, k, kmask)[None, :, :], axis=2)
+            if BLOCK_M > 1:
+                t1 += tl.sum(q * _act_row(a_ptr, 1, M, stride_am, k, kmask)[None, :, :], axis=2)
+            if BLOCK_M > 2:
+                t2 += tl.sum(q * _act_row(a_ptr, 2, M, stride_am, k, kmask)[None, :, :], axis=2)
+                t3 += tl.sum(q * _act_row(a_ptr, 3, M, stride_am, k, kmask)[None, :, :], axis=2)
+        acc0 += t0 * s
+        if BLOCK_M > 1:
+            acc1 += t1 * s
+        if BLOCK_M > 2:
+            acc2 += t2 * s
+            acc3 += t3 * s
+    gs = 1.0
+    if HAS_GS:
+        gs = tl.load(gs_ptr).to(tl.float32)
+    _gemv_store(tl.sum(acc0, axis=1) * gs, 0, M, offs_n, n_mask, bias_ptr, out_ptr, ws_ptr, N, stride_om,
+                HAS_BIAS, ATOMIC)
+    if BLOCK_M > 1:
+        _gemv_store(tl.sum(acc1, axis=1) * gs, 1, M, offs_n, n_mask, bias_ptr, out_ptr, ws_ptr, N, stride_om,
+                    HAS_BIAS, ATOMIC)
+    if BLOCK_M > 2:
+        _gemv_store(tl.sum(acc2, axis=1) * gs, 2, M, offs_n, n_mask, bias_ptr, out_ptr, ws_ptr, N, stride_om,
+                    HAS_BIAS, ATOMIC)
+        _gemv_store(tl.sum(acc3, axis=1) * gs, 3, M, offs_n, n_mask, bias_ptr, out_ptr, ws_ptr, N, stride_om,
+                    HAS_BIAS, ATOMIC)
+
+
+@triton.jit
+def _gemv_store(r, m, M, offs_n, n_mask, bias_ptr, out_ptr, ws_ptr, N, stride_om,
+                HAS_BIAS: tl.constexpr, ATOMIC: tl.constexpr):
+    mask = n_mask & ((offs_n * 0 + m) < M)
+    if not ATOMIC:
+        if HAS_BIAS:
+            r += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+        tl.store(out_ptr + m * stride_om + offs_n, r.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.atomic_add(ws_ptr + m * N + offs_n, r, mask=mask)
+
+
+@triton.jit
+def dqmm_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_ptr,
+                     M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_zn, stride_om, kb_per_split,
+                     WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
+                     BS: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NG: tl.constexpr, BSB: tl.constexpr,
+                     ATOMIC: tl.constexpr, GROUP_M: tl.constexpr, DOT_F32: tl.constexpr):
+    """Y = A @ W: weights decoded in registers to A's dtype (fp16/bf16) feeding tl.dot, fp32 accumulate."""
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    # Grouped ordering: GROUP_M row tiles share each weight tile while it is in L2.
+    width = GROUP_M * num_n
+    group = pid // width
+    first_m = group * GROUP_M
+    group_size = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % group_size
+    pid_n = (pid % width) // group_size
+
+    BLOCK_KB: tl.constexpr = NG * BSB
+    MASK: tl.constexpr = (1 << BITS) - 1
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask = offs_m < M
+    n_mask = offs_n < N
+    kb_start = pid_k * kb_per_split
+    kb_end = tl.minimum(kb_start + kb_per_split, Kb)
+    a_rows = a_ptr + offs_m[:, None].to(tl.int64) * stride_am
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for kb0 in range(kb_start, kb_end, BLOCK_KB):
+        wb, byte, s, z = _load_block_tile(w_ptr, s_ptr, z_ptr, offs_n, n_mask, kb0, Kb, G, stride_wn, stride_sn,
+                                          stride_zn, WFMT, SFMT, CPB, BS, HAS_ZP, NG, BSB)
+        kbytes = kb0 + tl.arange(0, BLOCK_KB)
+        for sub in tl.static_range(CPB):
+            q = decode_element((wb >> (sub * BITS)) & MASK, WFMT)
+            if HAS_ZP:
+                q = q - z[:, :, None]
+            w = tl.reshape(q * s[:, :, None], (BLOCK_N, BLOCK_KB))
+            k = kbytes * CPB + sub
+            a = tl.load(a_rows + k[None, :], mask=m_mask[:, None] & (k < K)[None, :], other=0.0)
+            if DOT_F32:  # fp32 activations; also bf16 in the interpreter, whose bf16 dot is wrong
+                w = w.to(a.dtype).to(tl.float32)  # (a no-op for fp32) rounds like the GPU bf16 operand
+                acc = tl.dot(a.to(tl.float32), tl.trans(w), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(a, tl.trans(w.to(a.dtype)), acc)
+    if HAS_GS:
+        acc = acc * tl.load(gs_ptr).to(tl.float32)
+    mask = m_mask[:, None] & n_mask[None, :]
+    if not ATOMIC:
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        out = out_ptr + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :]
+        tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.atomic_add(ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :], acc, mask=mask)
+
+
+@triton.jit
+def splitk_epilogue_kernel(ws_ptr, bias_ptr, out_ptr, M, N, stride_om, HAS_BIAS: tl.constexpr,
+                           BLOCK: tl.constexpr):
+    """out[m, n] = ws[m, n] + bias[n], cast to out's dtype."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < M * N
+    r = tl.load(ws_ptr + offs, mask=mask, other=0.0)
+    n = offs % N
+    if HAS_BIAS:
+        r += tl.load(bias_ptr + n, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + (offs // N) * stride_om + n, r.to(out_ptr.dtype.element_ty), mask=mask)

@@ -1,0 +1,119 @@
+"""Atomic writes: whatever happens, an output path holds a whole old file or a whole new one.
+
+Files are written into a private staging folder next to the destination (same filesystem, so
+the final step is a rename), synced, and renamed into place. A model with external data is two
+files; both are renamed under an exclusive lock on the destination folder, data first, so two
+writers racing on one path leave one writer's pair, never a mix. A writer killed with SIGKILL
+can leave only its hidden staging folder (`.NAME.onnxfuse-tmp.PID.*`); the next write to the same
+name removes the folders of writers that are no longer running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+from typing import Iterator
+
+STAGING_MARK = ".onnxfuse-tmp."
+
+
+def _staging_prefix(name: str) -> str:
+    return f".{name}{STAGING_MARK}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def remove_stale_staging(folder: str, name: str) -> None:
+    """Remove staging folders for `name` left by writers that were killed."""
+    prefix = _staging_prefix(name)
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.startswith(prefix):
+            continue
+        pid_text = entry[len(prefix):].split(".", 1)[0]
+        if pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
+            shutil.rmtree(os.path.join(folder, entry), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staging_folder(destination: str) -> Iterator[str]:
+    """A private folder beside `destination`, removed on exit whether or not the write succeeded."""
+    folder = os.path.dirname(os.path.abspath(destination))
+    name = os.path.basename(destination)
+    remove_stale_staging(folder, name)
+    stage = tempfile.mkdtemp(prefix=f"{_staging_prefix(name)}{os.getpid()}.", dir=folder)
+    try:
+        yield stage
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _sync_file(path: str, mode: int) -> None:
+    os.chmod(path, mode)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: str) -> Iterator[int]:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def commit(pairs: list[tuple[str, str]]) -> None:
+    """Rename each staged file onto its destination, in order, under the destination folder's lock.
+
+    Put the file that names the others last (the model after its external data): a reader
+    that finds the new model then also finds its data.
+    """
+    mode = 0o666 & ~_umask()  # mkstemp creates 0600 files; outputs get the usual permissions
+    for staged, _ in pairs:
+        _sync_file(staged, mode)
+    folders = {os.path.dirname(os.path.abspath(dest)) for _, dest in pairs}
+    assert len(folders) == 1, "commit() renames within one folder"
+    (folder,) = folders
+    with _folder_lock(folder) as fd:
+        for staged, dest in pairs:
+            os.replace(staged, dest)
+        os.fsync(fd)
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write `data` to `path` atomically (for reports and other small outputs)."""
+    path = os.fspath(path)
+    with staging_folder(path) as stage:
+        staged = os.path.join(stage, os.path.basename(path))
+        with open(staged, "wb") as f:
+            f.write(data)
+        commit([(staged, path)])
+
+
+def write_text(path: str, text: str, encoding: str = "utf-8") -> None:
+    write_bytes(path, text.encode(encoding))

@@ -1,0 +1,190 @@
+"""DequantMatMul kernels in Triton's interpreter (CPU) against decode_rows + float64 matmul.
+
+Error bound (rigorous, per output element): with fp32 accumulation over K terms the sum
+error is at most (K + 4) * u32 * sum_k |a_k w_k| (the +4 covers the scale and global-scale
+multiplies); the tl.dot path also rounds each decoded weight to the operand dtype (u_op, 2^-11
+for fp16, 2^-8 for bf16, 0 for the fp32 GEMV); the output cast adds u_out * |y|.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxfuse.kernels.triton_env").load()  # before triton: sets TRITON_INTERPRET without CUDA
+
+from onnxfuse import formats  # noqa: E402
+from onnxfuse.diagnostics import OnnxfuseError  # noqa: E402
+from onnxfuse.kernels import reference as ref  # noqa: E402
+
+from onnxfuse.kernels import triton_env  # noqa: E402
+
+# Unit roundoff of each dtype. Triton 3.9's interpreter casts float32 -> bfloat16 by truncation
+# (measured: 1 + 2^-8 + 2^-10 -> 1.0), an error of up to one ulp instead of half.
+U = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11,
+     torch.bfloat16: 2.0 ** -7 if triton_env.interpreting() else 2.0 ** -8}
+WEIGHT_FORMATS = ["int2", "uint2", "int4", "uint4", "int8", "uint8", "float8e4m3fn", "float8e5m2", "float4e2m1",
+                  "float6e2m3", "float6e3m2"]
+SCALE_FORMATS = ["float32", "float16", "bfloat16", "float8e8m0", "float8e4m3fn"]
+INT_FORMATS = {"int2", "uint2", "int4", "uint4", "int8", "uint8"}
+
+
+def _t(x):
+    return None if x is None else torch.from_numpy(np.ascontiguousarray(x))
+
+
+def _run(case, a, bias, *, N, config=None, dtype=torch.float32):
+    from onnxfuse.kernels.dequant_matmul import dequant_matmul
+
+    return dequant_matmul(_t(a).to(dtype), _t(case.w), _t(case.scale), _t(case.zero_point), _t(case.global_scale),
+                          None if bias is None else _t(bias).to(dtype), K=case.K, N=N, block_size=case.block_size,
+                          weight_format=case.weight_format, scale_format=case.scale_format, config=config)
+
+
+def _check(y, case, a, bias, *, dot_dtype):
+    a64 = torch.from_numpy(a).to(y.dtype).to(torch.float64).numpy()  # the activation the kernel saw
+    b64 = None if bias is None else torch.from_numpy(bias).to(y.dtype).to(torch.float64).numpy()
+    want = ref.dequant_matmul_ref(a64, case.w, case.scale, case.zero_point, case.global_scale, b64, K=case.K,
+                                  N=case.w.shape[0], block_size=case.block_size, weight_format=case.weight_format,
+                                  scale_format=case.scale_format)
+    wd = np.abs(case.decoded().astype(np.float64))
+    absdot = np.abs(a64.reshape(-1, case.K)) @ wd.T
+    absdot = absdot.reshape(want.shape)
+    if b64 is not None:
+        absdot = absdot + np.abs(b64)
+    bound = ((case.K + 4) * U[torch.float32] + U[dot_dtype]) * absdot + U[y.dtype] * np.abs(want) + 1e-30
+    got = y.to(torch.float64).numpy()
+    assert got.shape == want.shape
+    assert np.all(np.isfinite(got))
+    err = np.abs(got - want)
+    worst = np.unravel_index(np.argmax(err / bound), err.shape)
+    assert np.all(err <= bound), f"err {err[worst]:.3g} > bound {bound[worst]:.3g} at {worst}"
+
+
+@pytest.mark.parametrize("weight_format", WEIGHT_FORMATS)
+@pytest.mark.parametrize("scale_format", SCALE_FORMATS)
+def test_every_format_gemv_and_gemm(weight_format, scale_format):
+    rng = np.random.default_rng(abs(hash((weight_format, scale_format))) % 2**32)
+    K, N = 83, 37  # K ragged against every block and tile; N ragged against the 16-row tiles
+    bs = 16 if scale_format == "float8e4m3fn" else 32
+    zp = weight_format in INT_FORMATS and scale_format == "float16"
+    two_level = scale_format == "float8e4m3fn"
+    case = ref.random_rows(rng, N, K, weight_format=weight_format, scale_format=scale_format, block_size=bs,
+                           zero_point=zp, global_scale=two_level)
+    shapes = [(1, torch.float32, torch.float32), (7, torch.float16, torch.float16)]
+    if scale_format == "float16":  # the other GEMV widths and the fp32 tl.dot, once per element
+        shapes += [(3, torch.float16, torch.float32), (9, torch.float32, torch.float32)]
+    for M, dtype, dot in shapes:
+        a = rng.standard_normal((M, K)).astype(np.float32)
+        bias = rng.standard_normal(N).astype(np.float32) if M != 3 else None
+        y = _run(case, a, bias, N=N, dtype=dtype)
+        _check(y, case, a, bias, dot_dtype=dot)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_3d_activation_and_low_precision_dtypes(dtype):
+    rng = np.random.default_rng(5)
+    K, N = 130, 21
+    case = ref.random_rows(rng, N, K, weight_format="uint4", scale_format="bfloat16", block_size=64, zero_point=True)
+    for lead in ((2, 1), (2, 5)):  # M = 2 (GEMV) and M = 10 (tl.dot)
+        a = rng.standard_normal((*lead, K)).astype(np.float32)
+        bias = rng.standard_normal(N).astype(np.float32)
+        y = _run(case, a, bias, N=N, dtype=dtype)
+        assert y.shape == (*lead, N) and y.dtype == dtype
+        _check(y, case, a, bias, dot_dtype=dtype if np.prod(lead) > 4 else torch.float32)
+
+
+@pytest.mark.parametrize("gemv", [True, False])
+def test_split_k_and_multi_block_tiles(gemv):
+    """Forced configs: split-K with the fp32 workspace epilogue, several scale blocks per tile,
+    and a block larger than the tile (one scale for several K steps)."""
+    rng = np.random.default_rng(7)
+    K, N = 200, 19
+    for wf, bs in (("int4", 16), ("float8e4m3fn", 128), ("int2", 8)):
+        case = ref.random_rows(rng, N, K, weight_format=wf, scale_format="float16", block_size=bs)
+        if gemv:
+            cfg = dict(BLOCK_N=8, BLOCK_KB=32, SPLIT_K=3, num_warps=4, num_stages=1)
+            M = 4
+        else:
+            cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_KB=16, SPLIT_K=2, num_warps=4, num_stages=1, GROUP_M=2)
+            M = 20
+        a = rng.standard_normal((M, K)).astype(np.float32)
+        bias = rng.standard_normal(N).astype(np.float32)
+        y = _run(case, a, bias, N=N, config=cfg)
+        _check(y, case, a, bias, dot_dtype=torch.float32)
+
+
+def test_block_sizes_outside_the_tiled_path():
+    """Odd and byte-splitting block sizes take the exact materialising path."""
+    rng = np.random.default_rng(11)
+    for wf, bs in (("int4", 3), ("int2", 6), ("int8", 24)):
+        case = ref.random_rows(rng, 13, 50, weight_format=wf, scale_format="float32", block_size=bs)
+        for M in (1, 6):
+            a = rng.standard_normal((M, 50)).astype(np.float32)
+            y = _run(case, a, None, N=13)
+            _check(y, case, a, None, dot_dtype=torch.float32)
+
+
+def test_every_output_written_and_nan_weights_propagate():
+    rng = np.random.default_rng(3)
+    case = ref.random_rows(rng, 9, 40, weight_format="float8e4m3fn", scale_format="float32", block_size=32)
+    w = case.w.copy()
+    w[4, 7] = 0x7F  # an e4m3 NaN code
+    case.w = w
+    a = rng.standard_normal((2, 40)).astype(np.float32)
+    from onnxfuse.kernels.dequant_matmul import dequant_matmul
+
+    out = torch.full((2, 9), 12345.0)
+    dequant_matmul(_t(a), _t(case.w), _t(case.scale), None, None, None, K=40, N=9, block_size=32,
+                   weight_format="float8e4m3fn", scale_format="float32", out=out)
+    assert torch.isnan(out[:, 4]).all()
+    keep = [i for i in range(9) if i != 4]
+    assert not torch.any(out[:, keep] == 12345.0)
+
+
+def test_bad_inputs_raise_onnxfuse_errors():
+    rng = np.random.default_rng(1)
+    case = ref.random_rows(rng, 8, 32, weight_format="int4", scale_format="float16", block_size=16)
+    a = rng.standard_normal((1, 32)).astype(np.float32)
+    with pytest.raises(OnnxfuseError, match="K=29"):  # 16 bytes a row hold 31 or 32 int4 codes, not 29
+        _run(ref.RowCase(case.w, case.scale, None, None, 29, 16, "int4", "float16"), a[:, :29], None, N=8)
+    with pytest.raises(OnnxfuseError, match="weight_format"):
+        _run(ref.RowCase(case.w, case.scale, None, None, 32, 16, "int5", "float16"), a, None, N=8)
+    with pytest.raises(OnnxfuseError, match="scale has shape"):
+        _run(ref.RowCase(case.w, case.scale[:, :1], None, None, 32, 16, "int4", "float16"), a, None, N=8)
+    with pytest.raises(OnnxfuseError, match="zero points are not allowed"):
+        c = ref.random_rows(rng, 8, 32, weight_format="float4e2m1", scale_format="float16", block_size=16)
+        _run(ref.RowCase(c.w, c.scale, np.zeros((8, 2), np.uint8), None, 32, 16, "float4e2m1", "float16"), a, None, N=8)
+
+
+def test_decoders_match_the_format_tables_for_every_code():
+    """All 256 byte values through the row kernel: bitwise equal to each format's table."""
+    from onnxfuse.kernels.dequant_ops import dequantize
+
+    for wf in WEIGHT_FORMATS:
+        e = formats.element_format(wf)
+        cpb = e.row_codes_per_byte
+        K = 256 * cpb
+        packed = np.arange(256, dtype=np.uint8).reshape(1, 256)
+        scale = np.ones((1, 1), np.float32)
+        got = dequantize(_t(packed), _t(scale), None, None, shape=(1, K), axis=1, block_size=K, weight_format=wf,
+                         scale_format="float32", out_dtype=torch.float32).numpy()
+        want = formats.decode_rows(packed, scale, None, K=K, block_size=K, element=wf, scale="float32")
+        np.testing.assert_array_equal(got.view(np.uint32)[~np.isnan(want)], want.view(np.uint32)[~np.isnan(want)])
+        assert np.array_equal(np.isnan(got), np.isnan(want)), wf
+    for sf in SCALE_FORMATS:
+        f = formats.scale_format(sf)
+        if sf in ("float32", "float16"):
+            stored = np.linspace(-3, 3, 256).astype(f.storage_dtype).reshape(1, 256)
+        elif sf == "bfloat16":
+            stored = (np.arange(256, dtype=np.uint16) * 251).reshape(1, 256)
+        else:
+            stored = np.arange(256, dtype=np.uint8).reshape(1, 256)
+        packed = np.full((1, 256), 0x02, np.uint8)  # int8 code 2 everywhere
+        got = dequantize(_t(packed), _t(stored), None, None, shape=(1, 256), axis=1, block_size=1, weight_format="int8",
+                         scale_format=sf, out_dtype=torch.float32).numpy()
+        want = formats.decode_rows(packed, stored, None, K=256, block_size=1, element="int8", scale=sf)
+        ok = ~np.isnan(want)
+        np.testing.assert_array_equal(got[ok].view(np.uint32), want[ok].view(np.uint32), err_msg=sf)
+        assert np.array_equal(np.isnan(got), np.isnan(want)), sf

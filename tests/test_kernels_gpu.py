@@ -1,0 +1,86 @@
+"""DequantMatMul and friends on a CUDA GPU at realistic shapes, against float64 references.
+
+Bound as in test_kernels_dequant_matmul.py: (K + 4) * u32 * sum|a w| for fp32 accumulation,
+plus the operand rounding of tl.dot (u of fp16/bf16) for M > 4, plus the output cast.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+from onnxfuse.kernels import reference as ref  # noqa: E402
+
+U = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+CASES = [  # (weight_format, scale_format, block_size, zero point, two-level)
+    ("int4", "float16", 32, False, False),
+    ("uint4", "float16", 128, True, False),
+    ("int8", "float16", 128, False, False),
+    ("float8e4m3fn", "float16", 128, False, False),
+    ("float4e2m1", "float8e8m0", 32, False, False),
+    ("float8e4m3fn", "float8e8m0", 32, False, False),
+    ("float4e2m1", "float8e4m3fn", 16, False, True),
+    ("int2", "bfloat16", 64, True, False),
+    ("float6e2m3", "float8e8m0", 32, False, False),
+]
+
+
+@pytest.mark.parametrize("case_args", CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
+def test_dequant_matmul_realistic(case_args):
+    from onnxfuse.kernels import dequant_matmul
+
+    wf, sf, bs, zp, two = case_args
+    rng = np.random.default_rng(0)
+    K, N = 4096, 1536
+    case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp,
+                           global_scale=two)
+    wd = torch.from_numpy(case.decoded()).double().cuda()
+    dev = lambda x: None if x is None else torch.from_numpy(np.ascontiguousarray(x)).cuda()  # noqa: E731
+    for M, dtype in ((1, torch.float16), (3, torch.bfloat16), (16, torch.float16), (300, torch.bfloat16),
+                     (64, torch.float32)):
+        a = torch.randn(M, K, device="cuda").to(dtype)
+        bias = torch.randn(N, device="cuda").to(dtype)
+        y = torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
+        dequant_matmul(a, dev(case.w), dev(case.scale), dev(case.zero_point), dev(case.global_scale), bias, K=K, N=N,
+                       block_size=bs, weight_format=wf, scale_format=sf, out=y)
+        want = a.double() @ wd.t() + bias.double()
+        absdot = a.double().abs() @ wd.abs().t() + bias.double().abs()
+        u_op = 0.0 if M <= 4 or dtype == torch.float32 else U[dtype]
+        bound = ((K + 4) * U[torch.float32] + u_op) * absdot + U[dtype] * want.abs()
+        err = (y.double() - want).abs()
+        assert torch.isfinite(y).all()
+        assert (err <= bound).all(), f"M={M} {dtype}: max err/bound {(err / bound).max().item():.3g}"
+        rel = (err.norm() / want.norm()).item()
+        assert rel < (3e-3 if u_op == 0 else 6 * u_op), rel
+
+
+def test_gather_dequantize_qdq_on_gpu():
+    from onnxfuse.kernels import dequant_gather, dequantize, quantize_dequantize
+
+    rng = np.random.default_rng(1)
+    case = ref.random_rows(rng, 1000, 256, weight_format="float4e2m1", scale_format="float8e8m0", block_size=32)
+    t = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()  # noqa: E731
+    idx = torch.tensor([[0, 999, -1], [5, 7, 500]], device="cuda")
+    got = dequant_gather(t(case.w), t(case.scale), None, None, idx, D=256, block_size=32, weight_format="float4e2m1",
+                         scale_format="float8e8m0", out_dtype=torch.float32)
+    want = ref.dequant_gather_ref(case.w, case.scale, None, None, idx.cpu().numpy(), D=256, block_size=32,
+                                  weight_format="float4e2m1", scale_format="float8e8m0")
+    np.testing.assert_array_equal(got.cpu().numpy(), want)
+    got = dequantize(t(case.w), t(case.scale), None, None, shape=(1000, 256), axis=1, block_size=32,
+                     weight_format="float4e2m1", scale_format="float8e8m0", out_dtype=torch.float32)
+    np.testing.assert_array_equal(got.cpu().numpy(), case.decoded())
+    x = torch.randn(64, 4096, device="cuda")
+    y = quantize_dequantize(x, None, None, None, element_format="float4e2m1", axis=-1, block_size=32, mode="dynamic",
+                            scale_rule="mx")
+    from onnxfuse.formats import dequantize_linear
+    from onnxfuse.formats.scale_rules import mx
+    from onnxfuse.formats import element_format
+
+    data, scale = mx(x.cpu().numpy(), element_format("float4e2m1"), 1, 32)
+    np.testing.assert_array_equal(y.cpu().numpy(), dequantize_linear(data, scale, axis=1, block_size=32,
+                                                                     output_dtype=1))

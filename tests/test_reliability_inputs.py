@@ -1,0 +1,171 @@
+"""The bad-input corpus through the real command line, each case in a child process (issue 7).
+
+For every case of tests/bad_inputs.py: the exit status its kind demands, a message naming the
+file and the node or tensor, no traceback and no internal error, every input file unchanged
+(hashed), no output file (and no temporary) after a failure, a whole and valid output after a
+success, and bounded time and address space. All child processes run up front, two at a time.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import os
+import pathlib
+
+import onnx
+import pytest
+
+from tests import bad_inputs, cli_runner
+
+# kind -> {run label: allowed exit statuses}
+EXPECTED = {
+    "load": {"optimize": {1}, "check": {1}},
+    "output": {"optimize": {1}},
+    "pattern": {"optimize": {0}, "strict": {1}, "check": {1}},
+    "warning": {"optimize": {0}, "strict": {0}, "check": {0}},
+    "kept": {"optimize": {0}, "strict": {0}, "check": {0}},
+    "refused": {"optimize": {0, 1}, "strict": {1}, "check": {1}},
+    "survive": {"optimize": {0, 1}, "check": {0, 1}},
+}
+JSON_CASES = {"truncated_model", "external_data_dotdot", "graph_cycle", "scale_nan"}
+OUTPUTS = {"optimize": "out.onnx", "strict": "out_strict.onnx"}
+
+
+def _args(label: str, built: bad_inputs.Built) -> list[str]:
+    if label == "check":
+        return ["check", built.input]
+    if label == "check_json":
+        return ["check", "--json", built.input]
+    out = built.output if label == "optimize" else str(pathlib.Path(built.output).with_name(OUTPUTS[label]))
+    return ["optimize", *(["--strict"] if label == "strict" else []), built.input, "-o", out]
+
+
+def _hashes(root: pathlib.Path, skip: set[str]) -> dict[str, str]:
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_symlink() or not p.is_file() or p.name in skip:
+            continue
+        out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+class Outcome:
+    def __init__(self, bad, root, built, before, existed):
+        self.bad, self.root, self.built, self.before, self.existed = bad, root, built, before, existed
+        self.results: dict[str, cli_runner.Result] = {}
+
+
+def _run_case(bad: bad_inputs.BadInput, base: pathlib.Path) -> Outcome:
+    root = base / bad.name
+    folder = root / "m"
+    folder.mkdir(parents=True)
+    built = bad.build(folder)
+    outputs = {pathlib.Path(_args(label, built)[-1]).name for label in OUTPUTS}
+    skip = {n for o in outputs for n in (o, o + ".data")} if bad.kind != "output" else set()
+    before = _hashes(root, skip)
+    existed = {label: os.path.lexists(_args(label, built)[-1]) for label in OUTPUTS}
+    outcome = Outcome(bad, root, built, before, existed)
+    labels = list(EXPECTED[bad.kind]) + (["check_json"] if bad.name in JSON_CASES else [])
+    for label in labels:
+        outcome.results[label] = cli_runner.run(_args(label, built), cwd=str(root))
+    return outcome
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    base = tmp_path_factory.mktemp("corpus")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        done = list(pool.map(lambda c: _run_case(c, base), bad_inputs.CASES))
+    return {o.bad.name: o for o in done}
+
+
+def _expect_whole_model(path: str) -> onnx.ModelProto:
+    model = onnx.load(path)  # loads its external data too: a partial pair would fail here
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _dq_unchanged(original: onnx.ModelProto, written: onnx.ModelProto, node_name: str) -> str | None:
+    """Why the node `node_name` (and the initializers it reads) differ between the models, or None."""
+    def find(m):
+        return next((n for n in m.graph.node if n.name == node_name), None)
+
+    a, b = find(original), find(written)
+    if b is None:
+        return f"node '{node_name}' is gone"
+    if (a.op_type, a.domain, list(a.input), a.attribute) != (b.op_type, b.domain, list(b.input), b.attribute):
+        return f"node '{node_name}' changed: {b}"
+    inits_a = {t.name: t for t in original.graph.initializer}
+    inits_b = {t.name: t for t in written.graph.initializer}
+    for name in a.input:
+        if name in inits_a and (name not in inits_b or inits_b[name] != inits_a[name]):
+            return f"initializer '{name}' changed or is gone"
+    return None
+
+
+@pytest.mark.parametrize("bad", bad_inputs.CASES, ids=lambda c: c.name)
+def test_bad_input(outcomes, bad):
+    o = outcomes[bad.name]
+    problems = []
+    for label, r in o.results.items():
+        what = f"{label} ({' '.join(r.args[:-1])} ...)"
+        if r.returncode is None:
+            problems.append(f"{what}: still running after {cli_runner.TIMEOUT_S} s")
+            continue
+        allowed = EXPECTED[bad.kind].get(label, {0, 1} if label != "check_json" else EXPECTED[bad.kind]["check"])
+        if r.returncode not in allowed:
+            problems.append(f"{what}: exit {r.returncode}, want {sorted(allowed)}\n{r.output[-2000:]}")
+        if "Traceback" in r.output:
+            problems.append(f"{what}: printed a traceback\n{r.output[-3000:]}")
+        if "OFX099" in r.output or "internal-error" in r.output:
+            problems.append(f"{what}: an internal error\n{r.output[-2000:]}")
+        if r.returncode not in (None, 0) and bad.codes and not any(c in r.output for c in bad.codes):
+            problems.append(f"{what}: none of the codes {bad.codes} in\n{r.output[-2000:]}")
+        if r.returncode == 1 or (bad.kind in ("pattern", "warning") and label == "optimize"):
+            missing = [w for w in bad.names if w.replace("\0", "\\0") not in r.output]
+            if missing:
+                problems.append(f"{what}: message does not name {missing}\n{r.output[-2000:]}")
+            if bad.kind in ("pattern", "warning") and not any(c in r.output for c in bad.codes):
+                problems.append(f"{what}: the diagnostic {bad.codes} is not reported\n{r.output[-2000:]}")
+            shown = pathlib.Path(o.built.input if bad.kind != "output" else o.built.output).name
+            if r.returncode == 1 and shown not in r.output:
+                problems.append(f"{what}: message does not name the file '{shown}'\n{r.output[-2000:]}")
+        if label == "check_json" and r.returncode is not None:
+            import json
+
+            try:
+                doc = json.loads(r.stdout)
+                assert isinstance(doc["diagnostics"], list) and doc["diagnostics"], "no diagnostics"
+                assert all({"code", "severity", "message"} <= set(d) for d in doc["diagnostics"])
+            except Exception as e:  # noqa: BLE001 - collected as a problem
+                problems.append(f"{what}: stdout is not the diagnostics JSON ({e}): {r.stdout[:500]!r}")
+        if label in OUTPUTS:
+            out = r.args[-1]
+            if r.returncode != 0 and not o.existed[label] and os.path.lexists(out):
+                problems.append(f"{what}: failed but left '{out}'")
+            if r.returncode == 0 and bad.kind != "output":
+                try:
+                    written = _expect_whole_model(out)
+                    if bad.kind in ("pattern", "warning") and bad.kind == "pattern":
+                        why = _dq_unchanged(onnx.load(o.built.input), written, "dq_w")
+                        if why:
+                            problems.append(f"{what}: the refused pattern was not left as it was: {why}")
+                    if bad.kind == "kept" and not any(n.name == "custom" for n in written.graph.node):
+                        problems.append(f"{what}: the custom node is gone")
+                except Exception as e:  # noqa: BLE001 - collected as a problem
+                    problems.append(f"{what}: exit 0 but the output is not a whole valid model: {e}")
+    leftovers = [str(p) for p in o.root.rglob("*") if ".onnxfuse-tmp." in p.name or p.name.endswith(".tmp")]
+    if leftovers:
+        problems.append(f"temporary files left: {leftovers}")
+    skip = {n for label in OUTPUTS for n in (OUTPUTS[label], OUTPUTS[label] + ".data")} if bad.kind != "output" else set()
+    if _hashes(o.root, skip) != o.before:
+        problems.append("an input file changed (hash differs)")
+    assert not problems, f"{bad.name}:\n" + "\n".join(problems)
+
+
+def test_corpus_is_big_enough():
+    kinds = {c.kind for c in bad_inputs.CASES}
+    assert {"load", "output", "pattern", "warning", "kept", "refused", "survive"} <= kinds
+    assert len(bad_inputs.CASES) >= 60
+    assert sum(c.bomb for c in bad_inputs.CASES) >= 6
