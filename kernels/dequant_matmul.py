@@ -51,7 +51,7 @@ def gemv_candidates(M, N, Kb, element, device) -> list[dict]:
     if triton_env.interpreting():
         return [dict(BLOCK_N=16, BLOCK_KB=32, SPLIT_K=1, num_warps=4, num_stages=1)]
     out = []
-    for bn, bkb, warps in ((16, 256, 4), (8, 512, 4), (32, 256, 8)):
+    for bn, bkb, warps in ((16, 256, 4), (32, 256, 8)):
         bkb = min(bkb, triton.next_power_of_2(Kb))
         progs = triton.cdiv(N, bn)
         split = _split_for(progs, triton.cdiv(Kb, bkb), sms, 4)
@@ -67,9 +67,9 @@ def gemm_candidates(M, N, Kb, element, device) -> list[dict]:
     out = []
     if M <= 64:
         bm = max(16, triton.next_power_of_2(M))
-        shapes = ((bm, 64, 128 // cpb, 4, 4), (bm, 128, 128 // cpb, 4, 4), (bm, 64, 256 // cpb, 4, 3))
+        shapes = ((bm, 64, 128 // cpb, 4, 4), (bm, 128, 128 // cpb, 4, 4))
     else:
-        shapes = ((128, 128, 64 // cpb, 8, 4), (128, 256, 64 // cpb, 8, 3), (64, 128, 64 // cpb, 4, 4))
+        shapes = ((128, 128, 64 // cpb, 8, 4),)
     for bm, bn, bkb, warps, stages in shapes:
         bkb = max(16, bkb)
         progs = triton.cdiv(M, bm) * triton.cdiv(N, bn)

@@ -43,9 +43,45 @@ def _load_block_tile(w_ptr, s_ptr, z_ptr, offs_n, n_mask, kb0, Kb, G, stride_wn,
 
 
 @triton.jit
-def _act_row(a_ptr, m, M, stride_am, k, kmask):
-    row_ok = (k * 0 + m) < M  # as a tensor: m and M may both be compile-time constants
-    return tl.load(a_ptr + m * stride_am + k, mask=kmask & row_ok, other=0.0).to(tl.float32)
+def _split_subs(x, CPB: tl.constexpr):
+    """x [R, J * CPB] in natural K order -> CPB tensors [R, J], one per sub-position of a byte.
+    A contiguous (vectorised) load split in registers, instead of CPB strided loads."""
+    if CPB == 1:
+        s0 = x
+        s1 = x
+        s2 = x
+        s3 = x
+    elif CPB == 2:
+        s0, s1 = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+        s2 = s0
+        s3 = s1
+    else:
+        lo, hi = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 4, 2, 2)))
+        s0, s2 = tl.split(lo)
+        s1, s3 = tl.split(hi)
+    return s0, s1, s2, s3
+
+
+@triton.jit
+def _act_subs(a_ptr, m, M, stride_am, kb0, K, CPB: tl.constexpr, NG: tl.constexpr, BSB: tl.constexpr):
+    """Row m of A over one K step as [NG, BSB] per sub-position (fp32)."""
+    kk = kb0 * CPB + tl.arange(0, NG)[:, None] * (BSB * CPB) + tl.arange(0, BSB * CPB)[None, :]
+    row_ok = (kk * 0 + m) < M  # as a tensor: m and M may both be compile-time constants
+    a = tl.load(a_ptr + m * stride_am + kk, mask=(kk < K) & row_ok, other=0.0).to(tl.float32)
+    return _split_subs(a, CPB)
+
+
+@triton.jit
+def _pick(s0, s1, s2, s3, SUB: tl.constexpr):
+    if SUB == 0:
+        r = s0
+    elif SUB == 1:
+        r = s1
+    elif SUB == 2:
+        r = s2
+    else:
+        r = s3
+    return r
 
 
 @triton.jit
@@ -75,18 +111,22 @@ def dqmm_gemv_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_p
         t1 = tl.zeros((BLOCK_N, NG), tl.float32)
         t2 = tl.zeros((BLOCK_N, NG), tl.float32)
         t3 = tl.zeros((BLOCK_N, NG), tl.float32)
+        a00, a01, a02, a03 = _act_subs(a_ptr, 0, M, stride_am, kb0, K, CPB, NG, BSB)
+        if BLOCK_M > 1:
+            a10, a11, a12, a13 = _act_subs(a_ptr, 1, M, stride_am, kb0, K, CPB, NG, BSB)
+        if BLOCK_M > 2:
+            a20, a21, a22, a23 = _act_subs(a_ptr, 2, M, stride_am, kb0, K, CPB, NG, BSB)
+            a30, a31, a32, a33 = _act_subs(a_ptr, 3, M, stride_am, kb0, K, CPB, NG, BSB)
         for sub in tl.static_range(CPB):
             q = decode_element((wb >> (sub * BITS)) & MASK, WFMT)
             if HAS_ZP:
                 q = q - z[:, :, None]
-            k = byte * CPB + sub
-            kmask = k < K
-            t0 += tl.sum(q * _act_row(a_ptr, 0, M, stride_am, k, kmask)[None, :, :], axis=2)
+            t0 += tl.sum(q * _pick(a00, a01, a02, a03, sub)[None, :, :], axis=2)
             if BLOCK_M > 1:
-                t1 += tl.sum(q * _act_row(a_ptr, 1, M, stride_am, k, kmask)[None, :, :], axis=2)
+                t1 += tl.sum(q * _pick(a10, a11, a12, a13, sub)[None, :, :], axis=2)
             if BLOCK_M > 2:
-                t2 += tl.sum(q * _act_row(a_ptr, 2, M, stride_am, k, kmask)[None, :, :], axis=2)
-                t3 += tl.sum(q * _act_row(a_ptr, 3, M, stride_am, k, kmask)[None, :, :], axis=2)
+                t2 += tl.sum(q * _pick(a20, a21, a22, a23, sub)[None, :, :], axis=2)
+                t3 += tl.sum(q * _pick(a30, a31, a32, a33, sub)[None, :, :], axis=2)
         acc0 += t0 * s
         if BLOCK_M > 1:
             acc1 += t1 * s
@@ -153,14 +193,15 @@ def dqmm_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_p
     for kb0 in range(kb_start, kb_end, BLOCK_KB):
         wb, byte, s, z = _load_block_tile(w_ptr, s_ptr, z_ptr, offs_n, n_mask, kb0, Kb, G, stride_wn, stride_sn,
                                           stride_zn, WFMT, SFMT, CPB, BS, HAS_ZP, NG, BSB)
-        kbytes = kb0 + tl.arange(0, BLOCK_KB)
+        kk = kb0 * CPB + tl.arange(0, BLOCK_KB * CPB)
+        a_all = tl.load(a_rows + kk[None, :], mask=m_mask[:, None] & (kk < K)[None, :], other=0.0)
+        as0, as1, as2, as3 = _split_subs(a_all, CPB)
         for sub in tl.static_range(CPB):
             q = decode_element((wb >> (sub * BITS)) & MASK, WFMT)
             if HAS_ZP:
                 q = q - z[:, :, None]
             w = tl.reshape(q * s[:, :, None], (BLOCK_N, BLOCK_KB))
-            k = kbytes * CPB + sub
-            a = tl.load(a_rows + k[None, :], mask=m_mask[:, None] & (k < K)[None, :], other=0.0)
+            a = _pick(as0, as1, as2, as3, sub)
             if DOT_F32:  # fp32 activations; also bf16 in the interpreter, whose bf16 dot is wrong
                 w = w.to(a.dtype).to(tl.float32)  # (a no-op for fp32) rounds like the GPU bf16 operand
                 acc = tl.dot(a.to(tl.float32), tl.trans(w), acc, input_precision="ieee")

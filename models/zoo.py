@@ -79,16 +79,17 @@ def _q(base: str, scheme: str, **kw) -> Callable[["Builder"], ir.Model]:
     return make
 
 
-def _calibrated(base: str, scheme: str, add: Callable, quantize_kw: dict) -> Callable[["Builder"], ir.Model]:
-    """Quantize the weights, then add activation quantizers calibrated on the base model's feeds."""
+def _calibrated(base: str, scheme: str, add: Callable, quantize_kw: dict, blocks: bool = False) -> Callable[["Builder"], ir.Model]:
+    """Quantize the weights, then add activation quantizers calibrated on the base model's feeds
+    (per-tensor amax, or the activations themselves for block scales)."""
 
     def make(b: "Builder") -> ir.Model:
         from onnxfuse.quantize import quantize
 
         model = quantize(b.path(base), scheme, **quantize_kw)
         tensors = sorted({mm.inputs[0].name for mm in exports._quantized_matmuls(model.graph)})
-        amax = exports.activation_amax(onnx.load(b.path(base)), feeds(ENTRIES[base]), tensors)
-        return add(model, amax)
+        calib = exports.activation_values if blocks else exports.activation_amax
+        return add(model, calib(onnx.load(b.path(base)), feeds(ENTRIES[base]), tensors))
 
     return make
 
@@ -115,6 +116,7 @@ _ALL = (
     # float bases
     ZooModel("mlp", "mlp", "float", "float MLP 256-512-512-256", lambda b: build_mlp()),
     ZooModel("mlp_fp16", "mlp", "float", "float16 MLP", lambda b: build_mlp(MlpConfig(dtype=FP16))),
+    ZooModel("mlp_batch2", "mlp", "float", "float MLP with a fixed batch of 2", lambda b: build_mlp(MlpConfig(batch=2))),
     ZooModel("llama_toy", "llama", "float", "Llama decoder, hidden 128, 2 layers, tied head", lambda b: build_llama()),
     ZooModel("llama_toy_fp16", "llama", "float", "float16 Llama decoder", lambda b: build_llama(LlamaConfig(dtype=FP16))),
     ZooModel("bert", "bert", "float", "BERT encoder, hidden 128, 2 layers, Gemm pooler", lambda b: build_bert()),
@@ -155,6 +157,10 @@ _ALL = (
     ZooModel("quark_mxfp8", "bert", "mxfp8", "Quark: com.amd.quark::MXQuantizeDequantize (fp8_e4m3)", _quark("mxfp8"), "bert", activations="float8e4m3fn"),
     ZooModel("static_qdq_int8", "mlp", "int8", "static activation Q -> DQ (int8, per tensor) before DQ(int8 W) -> MatMul",
              _calibrated("mlp", "int8", exports.add_static_int8_activations, dict(block_size=32)), "mlp", activations="int8"),
+    ZooModel("static_qdq_fp8_blocks", "mlp", "fp8",
+             "static activation Q -> DQ (float8e4m3fn, block 32 along K, calibrated) before DQ(fp8 W) -> MatMul",
+             _calibrated("mlp_batch2", "fp8", exports.add_static_fp8_block_activations, dict(block_size=32), blocks=True),
+             "mlp_batch2", activations="float8e4m3fn"),
     # benchmark sizes (GPU benchmarks; never in CI)
     ZooModel("llama_4096", "llama", "float", "Llama decoder, hidden 4096, 2 layers, fp16 (benchmarks)",
              lambda b: build_llama(LLAMA_4096), ci=False, large=True),
@@ -232,12 +238,36 @@ def build(name: str, cache_dir: str | os.PathLike | None = None) -> str:
     return Builder(Path(cache_dir) if cache_dir else default_cache_dir()).path(name)
 
 
+def markdown_table() -> str:
+    """The models/README.md table: every model, its scheme and pattern, and (from the golden files)
+    the fused counts and the quantized model's output cosine similarity to its float model."""
+    from models import regression
+
+    rows = ["| model | scheme | pattern | fused (golden) | cosine vs float |", "| --- | --- | --- | --- | --- |"]
+    for e in _ALL:
+        g = regression.load_golden(e.name) if e.base else None
+        if e.base is None:
+            fused, cos = "(float base)", ""
+        elif g is None:
+            fused, cos = "(benchmark size, not in CI)" if not e.ci else "(no golden file)", ""
+        else:
+            fused = "<br>".join(f"{p}: {fmt} x{n}" for p, fmts in sorted(g["fused"].items()) for fmt, n in sorted(fmts.items())) or "nothing"
+            cos = ", ".join(f"{c:.4f}" for c in g["cosine_similarity"])
+        pattern = e.pattern.replace("|", "\\|")
+        rows.append(f"| `{e.name}` | {e.scheme} | {pattern} | {fused} | {cos} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="onnxfuse model zoo")
     p.add_argument("--list", action="store_true", help="list the zoo models")
+    p.add_argument("--table", action="store_true", help="print the models/README.md table (from the golden files)")
     p.add_argument("--build", nargs="+", metavar="NAME", help="build these models ('all' or 'ci' for groups)")
     p.add_argument("--cache-dir", default=None, help="default: $ONNXFUSE_CACHE_DIR or ~/.cache/onnxfuse/zoo")
     args = p.parse_args(argv)
+    if args.table:
+        print(markdown_table())
+        return 0
     if args.list or not args.build:
         for e in _ALL:
             tag = "" if e.ci else "  [benchmark size]"

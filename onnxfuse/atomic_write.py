@@ -3,7 +3,9 @@
 Files are written into a private staging folder next to the destination (same filesystem, so
 the final step is a rename), synced, and renamed into place. A model with external data is two
 files; both are renamed under an exclusive lock on the destination folder, data first, so two
-writers racing on one path leave one writer's pair, never a mix. A writer killed with SIGKILL
+writers racing on one path leave one writer's pair, never a mix; SIGINT, SIGTERM and SIGHUP are
+held for the two renames. Only SIGKILL (or a power cut) landing between those two renames can
+leave the new data beside the old model. A writer killed with SIGKILL
 can leave only its hidden staging folder (`.NAME.onnxfuse-tmp.PID.*`); the next write to the same
 name removes the folders of writers that are no longer running.
 """
@@ -14,7 +16,9 @@ import contextlib
 import fcntl
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from typing import Iterator
 
 STAGING_MARK = ".onnxfuse-tmp."
@@ -99,10 +103,26 @@ def commit(pairs: list[tuple[str, str]]) -> None:
     folders = {os.path.dirname(os.path.abspath(dest)) for _, dest in pairs}
     assert len(folders) == 1, "commit() renames within one folder"
     (folder,) = folders
-    with _folder_lock(folder) as fd:
+    with _folder_lock(folder) as fd, _signals_deferred():
         for staged, dest in pairs:
             os.replace(staged, dest)
         os.fsync(fd)
+
+
+_DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and kill's default signal between the renames of one pair (only SIGKILL remains)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def write_bytes(path: str, data: bytes) -> None:

@@ -109,7 +109,7 @@ def quantize_with_summary(
     output_path: str | os.PathLike | None = None,
 ) -> tuple[ir.Model, QuantizeSummary]:
     """`quantize`, also returning what was quantized and skipped (the CLI prints it)."""
-    from onnxfuse.model_io import load_model, save_model
+    from onnxfuse.model_io import check_output_path, load_model, save_model
 
     sch = resolve_scheme(scheme)
     _check_block_size(block_size)
@@ -122,6 +122,9 @@ def quantize_with_summary(
     if unknown:
         raise OnnxfuseError.of(codes.USAGE, f"cannot quantize weights of {', '.join(unknown)}; op types are {', '.join(DEFAULT_OP_TYPES)}")
 
+    input_path = os.fspath(model_or_path) if isinstance(model_or_path, (str, os.PathLike)) else None
+    if output_path is not None:  # refuse a bad output path before any work
+        check_output_path(os.fspath(output_path), input_path)
     model = load_model(model_or_path)
     uses, _ = find_weight_uses(model.graph, op_types, exclude, layout)
     if not uses:
@@ -149,6 +152,7 @@ def quantize_with_summary(
         for use in weight_uses:
             by_form.setdefault(use.form, []).append(use)
         w = value.const_value.numpy()  # memory-mapped for external data: read once, here
+        bytes_before += value.const_value.nbytes
         for i, (form, form_uses) in enumerate(by_form.items()):
             stored = np.ascontiguousarray(w.T if form.transpose else w).astype(np.float32)
             qt = sch.quantize(stored, form.axis, block_size, scale_fmt)
@@ -160,7 +164,6 @@ def quantize_with_summary(
             new_nodes += emitted.nodes
             for use in form_uses:
                 use.node.replace_input_with(use.input_index, emitted.output)
-            bytes_before += value.const_value.nbytes
             quantized.append(
                 QuantizedWeight(name, [u.node.name or "" for u in form_uses], tuple(w.shape), form.axis, form.transpose)
             )
@@ -169,11 +172,10 @@ def quantize_with_summary(
     graph.insert_before(graph.node(0), new_nodes)  # they read only initializers
 
     if output_path is not None:
-        input_path = os.fspath(model_or_path) if isinstance(model_or_path, (str, os.PathLike)) else None
         save_model(model, os.fspath(output_path), input_path=input_path)
     summary = QuantizeSummary(
         scheme=sch.name,
-        block_size=quantized and qt.block_size or (block_size or sch.block_size),
+        block_size=block_size or sch.block_size,
         scale_format=scale_fmt.name,
         layout=layout,
         opset=model.opset_imports[""],

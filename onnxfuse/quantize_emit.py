@@ -25,7 +25,6 @@ class Emitted:
     nodes: list[ir.Node]
     initializers: list[ir.Value]
     output: ir.Value
-    min_opset: int
 
 
 def _initializer(name: str, array: np.ndarray, onnx_type: int) -> ir.Value:
@@ -56,12 +55,10 @@ def emit_dequantized_weight(name: str, qt, scale_fmt, *, transpose: bool, target
     layout "nk") and `scale_fmt` the ScaleFormat of its block scale; the output has the
     consumer's dtype and orientation.
     """
-    scheme = qt.scheme
-    element = scheme.element
+    element = qt.scheme.element
     rank = qt.data.ndim
     inits = [_initializer(f"{name}_quantized", qt.data, element.onnx_type)]
     nodes: list[ir.Node] = []
-    min_opset = scheme.min_opset
 
     if qt.global_scale is not None:
         # Two-level (NVFP4): the block scale is itself dequantized by the per-tensor scale.
@@ -82,9 +79,7 @@ def emit_dequantized_weight(name: str, qt, scale_fmt, *, transpose: bool, target
             inits.append(zp)
             dq_inputs.append(zp)
         scale_type = ir.DataType(scale_fmt.onnx_type)
-        needs_output_dtype = scale_type != target_dtype
-        if needs_output_dtype:
-            min_opset = max(min_opset, OUTPUT_DTYPE_OPSET)
+        needs_output_dtype = scale_type != target_dtype  # the caller raised the opset to OUTPUT_DTYPE_OPSET
         nodes.append(
             _dq(
                 f"{name}/DequantizeLinear",
@@ -107,4 +102,4 @@ def emit_dequantized_weight(name: str, qt, scale_fmt, *, transpose: bool, target
         c.outputs[0].name = f"{name}_cast"
         nodes.append(c)
         out = c.outputs[0]
-    return Emitted(nodes, inits, out, min_opset)
+    return Emitted(nodes, inits, out)

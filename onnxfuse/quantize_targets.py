@@ -103,8 +103,6 @@ def find_weight_uses(
             node, index = usage.node, usage.idx
             if node.domain != "" or _slot_op(node) not in op_types:
                 continue
-            if node.op_type == "Transpose" and "MatMul" not in op_types:
-                continue
             form, reason = _use_of(node, index, layout)
             if form is None:
                 if node.op_type != "Transpose":

@@ -38,6 +38,23 @@ def _element_codes(q: QDQ, value: ir.Value) -> np.ndarray:
     return np.asarray(q.element.codes_of(match.const_array(value)), dtype=np.uint8)
 
 
+def _weight_codes_once(q: QDQ, value: ir.Value) -> np.ndarray:
+    """The weight's codes, then the source's memory map and unpacked cache released.
+
+    onnx-ir's ExternalTensor caches its unpacked array after numpy(); without the release every
+    repacked weight would stay resident and memory would grow with the model.
+    """
+    tensor = match.const_tensor(value)
+    codes = np.array(q.element.codes_of(tensor.numpy()), dtype=np.uint8, copy=True)
+    release = getattr(tensor, "release", None)
+    if release is not None:
+        try:
+            release()
+        except BufferError:  # someone else still holds a view of the mapping: leave it open
+            pass
+    return codes
+
+
 def _has_zero_point(q: QDQ) -> bool:
     if q.zero_point is None:
         return False
@@ -69,7 +86,7 @@ def pack(ctx: RunContext, q: QDQ, view: WeightView) -> PackedWeight:
     data_source = q.data
 
     def packed_data() -> ir.Tensor:
-        codes_rows = view.rows(_element_codes(q, data_source), is_scale=False)
+        codes_rows = view.rows(_weight_codes_once(q, data_source), is_scale=False)
         return ir.tensor(formats.pack_rows(codes_rows, element), dtype=ir.DataType.UINT8)
 
     lazy = ir.LazyTensor(packed_data, dtype=ir.DataType.UINT8, shape=ir.Shape([R, kb]))

@@ -11,6 +11,8 @@ import dataclasses
 
 import onnx_ir as ir
 
+from onnxfuse import codes
+from onnxfuse.diagnostics import Diagnostic
 from onnxfuse.passes.context import Fused, RunContext
 
 
@@ -42,6 +44,8 @@ def apply(ctx: RunContext, edits: list[Edit]) -> bool:
             take_over(ctx, old, new)
         ctx.graph.remove(edit.replaces, safe=True)
         ctx.record(edit.fused)
+        f = edit.fused
+        ctx.report([Diagnostic.info(codes.FUSED, f"{', '.join(f.replaced)} -> {f.pattern} ({f.format})", node=f.node)])
     return bool(edits)
 
 

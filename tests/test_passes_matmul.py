@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxfuse
 from qdq_builders import (
-    FLOATS, count_ops, make_model, make_weight, matmul_model, matmul_tolerance, opset_for, run_ort, weight_dq_nodes,
+    count_ops, make_model, make_weight, matmul_model, matmul_tolerance, run_ort, weight_dq_nodes,
 )
 
 # (element, scale format, zero point, two-level)
@@ -219,3 +219,19 @@ def test_nothing_to_fuse_keeps_initializers_byte_identical():
     proto = ir.serde.serialize_model(out)
     assert [t.SerializeToString() for t in proto.graph.initializer] == [weight.SerializeToString()]
     assert report.fused == [] and report.ops_before == report.ops_after
+
+
+def test_ort_default_optimizations_run_the_fused_model_unchanged():
+    # With every ORT graph optimization on (its own DQ -> MatMulNBits fusion included) the fused
+    # model's function bodies must still give the reference answer: nothing is left for ORT to refuse.
+    import onnxruntime as ort
+
+    w = make_weight("int4", (64, 16), axis=0, block_size=32, scale_format="float32", seed=18)
+    model, W = matmul_model(w)
+    fused, _ = onnxfuse.optimize(model)
+    blob = ir.serde.serialize_model(fused).SerializeToString()
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    a = np.random.default_rng(19).standard_normal((2, 64)).astype(np.float32)
+    (y,) = ort.InferenceSession(blob, opts, providers=["CPUExecutionProvider"]).run(None, {"a": a})
+    _assert_close(y, a.astype(np.float64) @ W, a, W, np.float32)

@@ -273,3 +273,24 @@ def test_missing_input_file_names_it(tmp_path):
     with pytest.raises(OnnxfuseError) as err:
         onnxfuse.quantize(str(tmp_path / "absent.onnx"), "int4")
     assert err.value.diagnostics[0].code == codes.FILE_NOT_FOUND
+
+
+def test_opset_conversion_keeps_external_data_weights(tmp_path):
+    """The version-converter path serializes the graph; external tensors must stay references that still resolve."""
+    cfg = LlamaConfig(vocab=64, hidden=32, layers=1, heads=2, kv_heads=1, intermediate=48, max_positions=16)
+    float_model = build_llama(cfg)
+    in_memory = _proto(onnxfuse.quantize(float_model, "int2"))
+    onnx.save_model(float_model, tmp_path / "f.onnx", save_as_external_data=True, location="f.data", size_threshold=0)
+    onnxfuse.quantize(str(tmp_path / "f.onnx"), "int2", output_path=tmp_path / "q.onnx")
+    feeds = {"input_ids": np.array([[1, 2, 3]]), "position_ids": np.array([[0, 1, 2]])}
+    np.testing.assert_array_equal(ReferenceEvaluator(str(tmp_path / "q.onnx")).run(None, feeds)[0],
+                                  ReferenceEvaluator(in_memory).run(None, feeds)[0])
+
+
+def test_output_path_equal_to_input_is_refused_before_any_work(tmp_path):
+    src = tmp_path / "mlp.onnx"
+    onnx.save_model(build_mlp(SMALL_MLP), src)
+    before = src.read_bytes()
+    with pytest.raises(OnnxfuseError) as err:
+        onnxfuse.quantize(str(src), "int4", output_path=src)
+    assert err.value.diagnostics[0].code == codes.OUTPUT_PATH_INVALID and src.read_bytes() == before

@@ -142,3 +142,8 @@ def test_cli_lists_and_builds(tmp_path):
     bad = subprocess.run([sys.executable, str(zoo.HERE / "zoo.py"), "--build", "nope", "--cache-dir", str(tmp_path)],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown zoo model" in bad.stderr
+
+
+def test_readme_table_matches_the_golden_files():
+    readme = (zoo.HERE / "README.md").read_text()
+    assert zoo.markdown_table() in readme, "models/README.md is stale: paste the output of python models/zoo.py --table"

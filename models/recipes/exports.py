@@ -59,8 +59,8 @@ def _insert_before_input(graph: ir.Graph, consumer: ir.Node, nodes: list[ir.Node
     consumer.replace_input_with(0, nodes[-1].outputs[0])
 
 
-def activation_amax(float_model: onnx.ModelProto, feeds: dict, tensors: list[str]) -> dict[str, float]:
-    """Calibration: max |x| of the named intermediate tensors on one batch (onnxruntime CPU)."""
+def activation_values(float_model: onnx.ModelProto, feeds: dict, tensors: list[str]) -> dict[str, np.ndarray]:
+    """Calibration: the named intermediate tensors on one batch (onnxruntime CPU), as float32."""
     import onnxruntime as ort
 
     probe = onnx.ModelProto()
@@ -70,8 +70,12 @@ def activation_amax(float_model: onnx.ModelProto, feeds: dict, tensors: list[str
         if t not in known:
             probe.graph.output.append(onnx.helper.make_empty_tensor_value_info(t))
     sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-    values = sess.run(tensors, feeds)
-    return {t: float(np.max(np.abs(v.astype(np.float32)))) for t, v in zip(tensors, values)}
+    return {t: v.astype(np.float32) for t, v in zip(tensors, sess.run(tensors, feeds))}
+
+
+def activation_amax(float_model: onnx.ModelProto, feeds: dict, tensors: list[str]) -> dict[str, float]:
+    """Calibration: max |x| of the named intermediate tensors on one batch."""
+    return {t: float(np.max(np.abs(v))) for t, v in activation_values(float_model, feeds, tensors).items()}
 
 
 # -- ModelOpt ------------------------------------------------------------------------------
@@ -182,5 +186,32 @@ def add_static_int8_activations(model: ir.Model, amax: dict[str, float]) -> ir.M
         zp = _const(f"{base}.zero_point", np.asarray(0, dtype=np.int8))
         q = _node("QuantizeLinear", [x, scale, zp], f"{base}/QuantizeLinear")
         d = _node("DequantizeLinear", [q.outputs[0], scale, zp], f"{base}/DequantizeLinear")
+        _insert_before_input(graph, mm, [q, d], [scale, zp])
+    return model
+
+
+def add_static_fp8_block_activations(model: ir.Model, values: dict[str, np.ndarray], block_size: int = 32) -> ir.Model:
+    """Static block-scaled fp8 (e4m3) activation Q/DQ along the last axis: scale = calibrated block amax / 448.
+
+    A static block scale has the activation's full shape with K divided into blocks, so the model
+    needs a fixed batch size (here the calibration batch)."""
+    from onnxfuse import formats
+
+    graph = model.graph
+    for mm in _quantized_matmuls(graph):
+        x = mm.inputs[0]
+        v = values[x.name]
+        base = mm.name.rsplit("/", 1)[0] + "/input_quantizer"
+        axis = v.ndim - 1
+        blocks = -(-v.shape[axis] // block_size)
+        padded = np.zeros(v.shape[:axis] + (blocks * block_size,), np.float32)
+        padded[..., : v.shape[axis]] = np.abs(v)
+        amax = padded.reshape(v.shape[:axis] + (blocks, block_size)).max(axis=-1)
+        scale_np = np.where(amax == 0, 1.0, amax / E4M3_MAX).astype(np.float32)
+        scale = _const(f"{base}.scale", scale_np)
+        zp = _const(f"{base}.zero_point", np.zeros(scale_np.shape, formats.element_format("float8e4m3fn").np_dtype),
+                    ir.DataType.FLOAT8E4M3FN)
+        q = _node("QuantizeLinear", [x, scale, zp], f"{base}/QuantizeLinear", axis=axis, block_size=block_size)
+        d = _node("DequantizeLinear", [q.outputs[0], scale, zp], f"{base}/DequantizeLinear", axis=axis, block_size=block_size)
         _insert_before_input(graph, mm, [q, d], [scale, zp])
     return model

@@ -17,13 +17,14 @@ class MlpConfig:
     d_out: int = 256
     dtype: int = TensorProto.FLOAT
     seed: int = 0
+    batch: int | str = "batch"  # a fixed size for models with static activation block scales
 
 
 def build_mlp(cfg: MlpConfig = MlpConfig()) -> onnx.ModelProto:
     b = GraphBuilder("mlp", cfg.seed, cfg.dtype)
-    x = b.input("x", cfg.dtype, ["batch", cfg.d_in])
+    x = b.input("x", cfg.dtype, [cfg.batch, cfg.d_in])
     h = b.op("Relu", [b.matmul(x, cfg.d_in, cfg.d_hidden, "fc1", bias=True)], "act1")
     h = b.op("Relu", [b.matmul(h, cfg.d_hidden, cfg.d_hidden, "fc2", bias=True)], "act2")
     y = b.matmul(h, cfg.d_hidden, cfg.d_out, "fc3", bias=True)
-    b.output(y, "y", shape=["batch", cfg.d_out])
+    b.output(y, "y", shape=[cfg.batch, cfg.d_out])
     return b.model(f"MLP {cfg.d_in}-{cfg.d_hidden}-{cfg.d_hidden}-{cfg.d_out}, seed {cfg.seed}")

@@ -1,0 +1,151 @@
+"""Nothing lost: interrupted and racing writes leave a whole old output or a whole new one (issue 7).
+
+A child process saves a "biggish" model (tens of MB of external data, so the write takes a
+while) over an existing output; the parent interrupts it (SIGINT, SIGKILL) at spread-out
+moments, or starts a second writer on the same path. Each model's name says which value its
+weights hold, so a model paired with another write's data file is caught.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+
+from onnxfuse import atomic_write
+
+MB = 1024**2
+WEIGHT_MB = 32  # big enough that writing takes tens of milliseconds (fsync included)
+
+SAVER = r"""
+import sys, numpy as np, onnx_ir as ir
+from onnxfuse.model_io import save_model
+out, value, mb = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+w = ir.Value(name="w", const_value=ir.tensor(np.full((mb, 262144), value, np.float32), name="w"))
+x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, w.const_value.shape[0]]))
+node = ir.node("MatMul", [x, w], outputs=[ir.Value(name="y", type=ir.TensorType(ir.DataType.FLOAT))])
+graph = ir.Graph([x], node.outputs, nodes=[node], initializers=[w], opset_imports={"": 21}, name=f"v{value:g}")
+print("saving", flush=True)
+save_model(ir.Model(graph, ir_version=10), out, external_data=True)
+print("saved", flush=True)
+"""
+
+
+def _start(out: pathlib.Path, value: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", SAVER, str(out), str(value), str(WEIGHT_MB)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _save(out: pathlib.Path, value: float) -> None:
+    p = _start(out, value)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+
+
+def _whole_value(out: pathlib.Path) -> float:
+    """The single value of the model at `out`, after checking its data file belongs to it."""
+    model = onnx.load(out)  # reads the external data: a short or missing data file fails here
+    w = onnx.numpy_helper.to_array(model.graph.initializer[0])
+    assert w.size * 4 == WEIGHT_MB * MB, "the weight is not whole"
+    named = float(model.graph.name[1:])
+    lo, hi = float(w.min()), float(w.max())
+    assert lo == hi == named, f"model '{model.graph.name}' paired with data holding {lo}..{hi}"
+    return named
+
+
+def _leftovers(folder: pathlib.Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if atomic_write.STAGING_MARK in p.name]
+
+
+@pytest.fixture(scope="module")
+def previous(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("prev")
+    _save(folder / "out.onnx", 1.0)
+    return folder
+
+
+def _fresh(tmp_path, previous) -> pathlib.Path:
+    for name in ("out.onnx", "out.onnx.data"):
+        (tmp_path / name).write_bytes((previous / name).read_bytes())
+    return tmp_path / "out.onnx"
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.1, 0.3])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_interrupted_save_leaves_old_or_new_whole(tmp_path, previous, sig, delay):
+    out = _fresh(tmp_path, previous)
+    p = _start(out, 2.0)
+    assert p.stdout.readline().strip() == "saving"
+    time.sleep(delay)
+    p.send_signal(sig)
+    p.communicate(timeout=60)
+    assert _whole_value(out) in (1.0, 2.0)
+    if sig == signal.SIGINT:
+        assert _leftovers(tmp_path) == [], "KeyboardInterrupt must remove the staging folder"
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["out.onnx", "out.onnx.data"]
+    _save(out, 3.0)  # the next write clears what a killed writer left
+    assert _whole_value(out) == 3.0
+    assert _leftovers(tmp_path) == []
+
+
+def test_racing_saves_leave_one_whole_result(tmp_path, previous):
+    out = _fresh(tmp_path, previous)
+    for round_ in range(2):
+        writers = [_start(out, v) for v in (10.0 + round_, 20.0 + round_)]
+        for w in writers:
+            _, err = w.communicate(timeout=120)
+            assert w.returncode == 0, err
+        assert _whole_value(out) in (10.0 + round_, 20.0 + round_)
+        assert _leftovers(tmp_path) == []
+
+
+def test_outputs_get_ordinary_permissions(tmp_path):
+    old = os.umask(0o022)
+    try:
+        atomic_write.write_text(str(tmp_path / "report.json"), "{}")
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE((tmp_path / "report.json").stat().st_mode)
+    assert mode == 0o644, oct(mode)
+    assert (tmp_path / "report.json").read_text() == "{}"
+    assert _leftovers(tmp_path) == []
+
+
+def test_stale_staging_of_a_dead_writer_is_removed_but_a_live_ones_is_kept(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f".r.json{atomic_write.STAGING_MARK}{dead_pid}.abc"
+    live = tmp_path / f".r.json{atomic_write.STAGING_MARK}1.abc"  # pid 1 is always running
+    stale.mkdir()
+    live.mkdir()
+    atomic_write.write_bytes(str(tmp_path / "r.json"), b"x")
+    assert not stale.exists() and live.exists()
+
+
+def test_failed_write_keeps_the_previous_pair(tmp_path, previous, monkeypatch):
+    import onnx_ir as ir
+
+    from onnxfuse.diagnostics import OnnxfuseError
+    from onnxfuse.model_io import load_model, save_model
+
+    out = _fresh(tmp_path, previous)
+    model = load_model(str(previous / "out.onnx"))
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic_write, "commit", full_disk)
+    with pytest.raises(OnnxfuseError):
+        save_model(model, str(out), external_data=True)
+    assert _whole_value(out) == 1.0
+    assert _leftovers(tmp_path) == []
+    monkeypatch.undo()
+    assert isinstance(model.graph.initializers["w"].const_value, ir.ExternalTensor)
