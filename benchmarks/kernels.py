@@ -123,6 +123,7 @@ def ort_session(ort, torch, onnx, helper, codes_rows, scale_fp16, *, K, N, bs, b
         initializer=[onnx.numpy_helper.from_array(np.ascontiguousarray(b), "B"),
                      onnx.numpy_helper.from_array(scale_fp16.reshape(-1), "scales")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 10  # onnx 1.23 writes a newer IR than onnxruntime 1.31 loads (model.cc:256 refused it)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
     if sess.get_providers()[0] != "CUDAExecutionProvider":
         raise RuntimeError("CUDA EP not active")
@@ -284,7 +285,7 @@ def main(argv=None) -> int:
                         td = ort_session(ort, torch, onnx, helper, case.w, case.scale, K=K, N=N, bs=bs, bits=ort_bits,
                                          M=M)()
                     except Exception as ex:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
-                        print(f"# ORT failed for {fname} M={M}: {str(ex).splitlines()[0][:120]}", flush=True)
+                        print(f"# ORT failed for {fname} M={M}: {str(ex).splitlines()[0][:400]}", flush=True)
                 te = max(wbytes / bw, 2 * M * N * K / peak) * 1e6
                 row = (f"| {K}x{N} | {M} | {fname} | {ta:.1f} | {tb:.1f} | {tc:.1f} | {td:.1f} | {te:.1f} | "
                        f"{wbytes / (ta * 1e-6) / 1e9:.0f} | {tc / ta:.2f} | {td / ta:.2f} | {te / ta:.2f} |")

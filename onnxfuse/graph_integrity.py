@@ -185,8 +185,22 @@ def _op_problems(node: onnx.NodeProto, index: int, scope: _Scope, file: str | No
                + (" (it was added in a later opset)" if exists_later else " (no such operator)"))
         return [Diagnostic.error(codes.OPSET_INVALID if exists_later else codes.MODEL_INVALID, msg, node=label, file=file)]
     if dom in _SCHEMA_DOMAINS:
-        return _attribute_type_problems(node, label, onnx.defs.get_schema(node.op_type, scope.opsets[dom], dom), scope, file)
+        schema = onnx.defs.get_schema(node.op_type, scope.opsets[dom], dom)
+        return _arity_problems(node, label, schema, scope, file) + _attribute_type_problems(node, label, schema, scope, file)
     return []
+
+
+def _arity_problems(node: onnx.NodeProto, label: str, schema, scope: _Scope, file: str | None) -> list[Diagnostic]:
+    """A DequantizeLinear without its scale input would make every reader index past its inputs."""
+    out = []
+    for what, count, lo, hi in (("inputs", len(node.input), schema.min_input, schema.max_input),
+                                ("outputs", len(node.output), schema.min_output, schema.max_output)):
+        if not lo <= count <= hi:
+            want = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi < 2**31 - 1 else f"at least {lo}"
+            out.append(Diagnostic.error(
+                codes.MODEL_INVALID, f"{scope.where}: {node.op_type} takes {want} {what}, this node has {count}",
+                node=label, file=file))
+    return out
 
 
 def _attribute_type_problems(node: onnx.NodeProto, label: str, schema, scope: _Scope, file: str | None) -> list[Diagnostic]:

@@ -69,7 +69,7 @@ def load_proto(path: str) -> onnx.ModelProto:
             hint="a model this large keeps its weights in external data files")
     try:
         with open(path, "rb") as f:
-            blob = f.read(MAX_PROTO_BYTES + 1)
+            blob = f.read(size)  # read(n) allocates n bytes up front: ask for what the file holds
     except OSError as e:
         raise OnnxfuseError.of(codes.FILE_UNREADABLE, f"cannot read the file: {e.strerror}", file=path) from e
     if not blob:

@@ -26,7 +26,9 @@ QUARK_ELEMENTS = {
     "fp8_e4m3": "float8e4m3fn", "fp8_e5m2": "float8e5m2", "fp6_e3m2": "float6e3m2",
     "fp6_e2m3": "float6e2m3", "fp4_e2m1": "float4e2m1", "int8": "int8",
 }
-QUARK_ROUNDING = {"even": "even", "round_half_to_even": "even", "half_even": "even"}
+# Quark's MXQuantizeDequantize spec: rounding_mode is an INT, 0 = half away from zero (the
+# default), 1 = half upward, 2 = half to even; axis defaults to 1 and element_dtype to int8.
+QUARK_ROUNDING = {0: "away", 1: "up", 2: "even"}
 
 
 def _single_use(value: ir.Value) -> tuple[ir.Node, int] | None:
@@ -198,21 +200,20 @@ def trt_mxfp8(ctx: RunContext, tnode: ir.Node) -> rewrite.Edit | str:
 
 
 def quark_mx(ctx: RunContext, node: ir.Node) -> rewrite.Edit | str:
-    element_dtype = node.attributes.get_string("element_dtype", None)
+    element_dtype = node.attributes.get_string("element_dtype", "int8")
     element = QUARK_ELEMENTS.get(element_dtype)
     rounding = node.attributes.get("rounding_mode")
-    rounding_value = None if rounding is None else rounding.value
-    if isinstance(rounding_value, bytes):
-        rounding_value = rounding_value.decode()
-    rounding_mode = QUARK_ROUNDING.get(rounding_value if rounding_value is not None else "even")
+    rounding_value = 0 if rounding is None else rounding.value
+    rounding_mode = QUARK_ROUNDING.get(rounding_value) if isinstance(rounding_value, int) else None
     if element is None or rounding_mode is None:
         what = f"element_dtype {element_dtype!r}" if element is None else f"rounding_mode {rounding_value!r}"
         d = Diagnostic.warning(codes.UNKNOWN_CUSTOM_OP, f"MXQuantizeDequantize has an {what} onnxfuse does not know",
                                node=match.node_label(node),
-                               hint="known element_dtype: " + ", ".join(QUARK_ELEMENTS) + "; rounding_mode: even")
+                               hint="known element_dtype: " + ", ".join(QUARK_ELEMENTS)
+                               + "; rounding_mode: 0 (half away from zero), 1 (half up), 2 (half to even)")
         ctx.report([d])
         return d.message
-    axis = node.attributes.get_int("axis", -1)
+    axis = node.attributes.get_int("axis", 1)
     rank = match.rank_of(node.inputs[0])
     if rank:
         axis %= rank

@@ -17,6 +17,7 @@ from onnxfuse.passes.context import RunContext
 from onnxfuse.passes.fuse_dequantize import FuseDequantizePass
 from onnxfuse.passes.fuse_qdq import QUARK_DOMAIN, FuseQDQPass
 from onnxfuse.passes.fuse_weights import FuseWeightsPass
+from onnxfuse.passes.infer_types import InferTypesPass
 from onnxfuse.passes.qdq import TRT_DOMAIN, is_dq
 from onnxfuse.passes.report import PassRecord
 
@@ -24,8 +25,9 @@ Progress = Callable[[str, int, int], None]
 
 
 def fusion_passes(ctx: RunContext) -> list[ir.passes.PassBase]:
-    # Activations first (their DQs have run-time data), then weights, then what weights leave.
-    return [FuseQDQPass(ctx), FuseWeightsPass(ctx), FuseDequantizePass(ctx)]
+    # Types first (matchers need activation dtypes), then activations (their DQs have run-time
+    # data), then weights, then what weights leave.
+    return [InferTypesPass(), FuseQDQPass(ctx), FuseWeightsPass(ctx), FuseDequantizePass(ctx)]
 
 
 def run_passes(ctx: RunContext, progress: Progress | None = None) -> list[PassRecord]:

@@ -585,7 +585,7 @@ def axis_of_wrong_attribute_type(folder):
     return _save(folder, model)
 
 
-@case("refused", ("OFX211", "OFX104", "OFX301", "OFX202"), "dq_w")
+@case("load", "OFX104", ("dq_w", "inputs"))
 def dq_without_scale_input(folder):
     model = dq_matmul(int4_weight(), fp32_scale([K // BLOCK, N]))
     del model.graph.node[0].input[1:]
@@ -664,17 +664,17 @@ def zero_point_shape_mismatch(folder):
     return _save(folder, dq_matmul(int4_weight(), fp32_scale([K // BLOCK, N]), zp))
 
 
-@case("pattern", "OFX207", ("dq_w", "dq_scale"))
+@case("pattern", "OFX207", "w_global")
 def global_scale_not_scalar(folder):
     return _nvfp4(folder, global_scale=np.full([N], 0.02, np.float32))
 
 
-@case("pattern", "OFX208", ("dq_w", "dq_scale"))
+@case("pattern", "OFX208", "w_global")
 def global_scale_dynamic(folder):
     return _nvfp4(folder, global_is_input=True)
 
 
-@case("pattern", "OFX203", ("dq_w", "dq_scale"))
+@case("pattern", "OFX203", "w_global")
 def global_scale_nan(folder):
     return _nvfp4(folder, global_scale=np.float32(np.nan))
 

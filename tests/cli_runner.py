@@ -59,3 +59,30 @@ def run(args: list[str], *, cwd: str | None = None, limit: int | None = ADDRESS_
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
         return Result(args, None, out, err, time.monotonic() - start)
+
+
+class ForkServer:
+    """Runs CLI commands through tests/cli_forkserver.py: a process per command, imports done once."""
+
+    def __init__(self):
+        import pathlib
+
+        root = pathlib.Path(__file__).resolve().parents[1]
+        self._proc = subprocess.Popen([sys.executable, "-m", "tests.cli_forkserver"], cwd=root, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def run(self, args: list[str], *, cwd: str, limit: int | None = ADDRESS_SPACE_LIMIT,
+            timeout: float = TIMEOUT_S) -> Result:
+        import json
+
+        self._proc.stdin.write(json.dumps({"args": args, "cwd": cwd, "limit": limit, "timeout": timeout}) + "\n")
+        self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the fork server died")
+        r = json.loads(line)
+        return Result(args, r["returncode"], r["stdout"], r["stderr"], r["seconds"])
+
+    def close(self) -> None:
+        self._proc.stdin.close()
+        self._proc.wait(timeout=30)

@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxfuse import formats
 
 OPSET = 25  # float8e8m0 scales need 24, int2 25
+IR_VERSION = 11  # onnx 1.23 writes 14 by default; onnxruntime-gpu 1.31 reads up to 13
 
 FLOAT_TYPES = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16}
 
@@ -76,7 +77,7 @@ def qdq_matmul_pair(scheme: str = "int4", *, K: int = 40, N: int = 24, block_siz
     x_info = helper.make_tensor_value_info("x", dtype, [batch[0], K])
     y_info = helper.make_tensor_value_info("y", dtype, [batch[0], N])
     original = helper.make_model(helper.make_graph(nodes, "qdq_matmul", [x_info], [y_info], inits),
-                                 opset_imports=[helper.make_opsetid("", OPSET)])
+                                 opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
 
     # -- fused: Relu -> DequantMatMul -> Tanh ---------------------------------------------------
     f_inits = [_const("W_rows", rows.data), _const("W_rscale", rows.scale)]
@@ -97,7 +98,8 @@ def qdq_matmul_pair(scheme: str = "int4", *, K: int = 40, N: int = 24, block_siz
     f_nodes = [helper.make_node("Relu", ["x"], ["xr"], name="relu"), fused_node,
                helper.make_node("Tanh", ["y0"], ["y"], name="tanh")]
     fused = helper.make_model(helper.make_graph(f_nodes, "fused_matmul", [x_info], [y_info], f_inits),
-                              opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("onnxfuse", 1)])
+                              opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("onnxfuse", 1)],
+                              ir_version=IR_VERSION)
     attach_functions(fused)
     return original, fused
 

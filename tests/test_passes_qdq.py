@@ -149,7 +149,7 @@ def test_trt_mxfp8_dynamic_quantize():
 def test_quark_mx_quantize_dequantize(element_dtype, np_dtype, emax, vmax):
     x = np.random.default_rng(34).standard_normal((M, K)).astype(np.float32)
     nodes = [helper.make_node("MXQuantizeDequantize", ["x"], ["xdq"], name="quark", domain="com.amd.quark",
-                              element_dtype=element_dtype, axis=-1, block_size=32, rounding_mode="even")]
+                              element_dtype=element_dtype, axis=-1, block_size=32, rounding_mode=2)]
     inits = []
     w = _matmul_tail(nodes, inits, "xdq")
     model = make_model(nodes, inits, [helper.make_tensor_value_info("x", F, [M, K])],
@@ -157,6 +157,29 @@ def test_quark_mx_quantize_dequantize(element_dtype, np_dtype, emax, vmax):
     proto, _ = _optimize(model)
     assert count_ops(proto, "QuantizeDequantize", "onnxfuse") == 1
     _check(proto, x, ref_mx(x, np_dtype, emax, vmax), w)
+
+
+@pytest.mark.parametrize("rounding_mode, expected", [(None, "away"), (0, "away"), (1, "up"), (2, "even")])
+def test_quark_integer_rounding_modes_map_to_the_fused_op(rounding_mode, expected):
+    extra = {} if rounding_mode is None else {"rounding_mode": rounding_mode}
+    nodes = [helper.make_node("MXQuantizeDequantize", ["x"], ["y"], name="quark", domain="com.amd.quark",
+                              element_dtype="fp4_e2m1", axis=1, block_size=32, **extra)]
+    model = make_model(nodes, [], [helper.make_tensor_value_info("x", F, [M, K])],
+                       [helper.make_tensor_value_info("y", F, [M, K])], 21, extra_opsets=[("com.amd.quark", 1)])
+    proto, _ = _optimize(model)
+    (node,) = [n for n in proto.graph.node if n.op_type == "QuantizeDequantize"]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs["rounding_mode"] == expected.encode()
+
+
+def test_quark_string_rounding_mode_is_left_and_reported():
+    nodes = [helper.make_node("MXQuantizeDequantize", ["x"], ["y"], name="quark", domain="com.amd.quark",
+                              element_dtype="fp4_e2m1", axis=1, block_size=32, rounding_mode="even")]
+    model = make_model(nodes, [], [helper.make_tensor_value_info("x", F, [M, K])],
+                       [helper.make_tensor_value_info("y", F, [M, K])], 21, extra_opsets=[("com.amd.quark", 1)])
+    _, report = onnxfuse.optimize(model)
+    assert report.fused == []
+    assert any(d.code.id == "OFX305" and d.node == "quark" for d in report.diagnostics)
 
 
 def test_quark_unknown_element_is_left_and_reported():

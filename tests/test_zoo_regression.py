@@ -26,11 +26,6 @@ from models.reference import cosine_similarity, run_reference
 
 QUANTIZED = [n for n in zoo.names(ci_only=True) if zoo.entry(n).base is not None]
 # Known gaps, strict so that fixing them fails the test until the golden file is updated.
-KNOWN_GAPS = {
-    "quark_mxfp4": "passes refuse Quark's integer rounding_mode (2 = half to even) with OFX305, so the "
-    "com.amd.quark op stays and onnxruntime cannot run the model",
-    "quark_mxfp8": "same as quark_mxfp4",
-}
 
 
 @pytest.fixture(scope="module")
@@ -90,10 +85,6 @@ def test_zoo_model_against_golden(name, zoo_dir):
         {k: golden[k] for k in ("fused", "diagnostics", "unfused_nodes")}
 
     # 3. the optimized model in stock onnxruntime against the reference
-    if name in KNOWN_GAPS:
-        assert any(n.domain == "com.amd.quark" for n in model.graph), \
-            f"{name}: the known gap is fixed; remove it from KNOWN_GAPS and update the golden file"
-        pytest.xfail(KNOWN_GAPS[name])
     proto = ir.to_proto(model)
     onnx.checker.check_model(proto, full_check=True)
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])

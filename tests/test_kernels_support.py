@@ -1,0 +1,62 @@
+"""supported(), the import contract (no torch/triton at import) and the on-disk tuning cache."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from onnxfuse.kernels import autotune, supported
+
+
+def test_import_does_not_load_torch_or_triton():
+    code = "import sys, onnxfuse.kernels as k; k.supported('Dequantize', weight_format='int4', scale_format='float16', block_size=32); print('torch' in sys.modules, 'triton' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
+
+
+def test_supported_answers_with_reasons():
+    assert supported("DequantMatMul", weight_format="float4e2m1", scale_format="float8e4m3fn", block_size=16) is None
+    assert supported("DequantGather", weight_format="int2", scale_format="bfloat16", block_size=7) is None
+    assert "int3" in supported("DequantMatMul", weight_format="int3", scale_format="float16", block_size=32)
+    assert "float64" in supported("Dequantize", weight_format="int4", scale_format="float64", block_size=32)
+    assert "block_size" in supported("Dequantize", weight_format="int4", scale_format="float16")
+    assert supported("QuantizeDequantize", element_format="float4e2m1", mode="dynamic", scale_rule="nvfp4",
+                     block_size=16) is None
+    assert "unsigned" in supported("QuantizeDequantize", element_format="uint8", mode="dynamic", scale_rule="absmax",
+                                   block_size=32)
+    assert "Conv" in supported("Conv")
+
+
+def test_tuning_cache_round_trips_and_survives_a_corrupt_file(tmp_path):
+    c = autotune.TuningCache("NVIDIA H200", "3.6.0", tmp_path)
+    assert c.get("k") is None
+    c.put("k", {"BLOCK_N": 16})
+    again = autotune.TuningCache("NVIDIA H200", "3.6.0", tmp_path)
+    assert again.get("k") == {"BLOCK_N": 16}
+    assert json.loads(c.path.read_text()) == {"k": {"BLOCK_N": 16}}
+    other = autotune.TuningCache("NVIDIA H100", "3.6.0", tmp_path)
+    assert other.path != c.path and other.get("k") is None
+    c.path.write_text("{not json")
+    assert autotune.TuningCache("NVIDIA H200", "3.6.0", tmp_path).get("k") is None
+
+
+def test_choose_measures_once_then_reads_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(autotune, "tuning_enabled", lambda: True)
+    c = autotune.TuningCache("gpu", "v", tmp_path)
+    calls = []
+
+    def time_one(cfg):
+        calls.append(cfg["x"])
+        if cfg["x"] == 3:
+            raise RuntimeError("out of shared memory")
+        return {1: 2.0, 2: 1.0}[cfg["x"]]
+
+    assert autotune.choose(c, "key", [{"x": 1}, {"x": 2}, {"x": 3}], time_one) == {"x": 2}
+    assert calls == [1, 2, 3]
+    assert autotune.choose(autotune.TuningCache("gpu", "v", tmp_path), "key", [{"x": 1}], time_one) == {"x": 2}
+    assert calls == [1, 2, 3]
+
+
+def test_m_buckets():
+    assert [autotune.m_bucket(m) for m in (1, 2, 3, 5, 16, 17, 5000)] == [1, 2, 4, 8, 16, 32, 4096]
