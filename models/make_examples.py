@@ -24,7 +24,7 @@ import onnx_ir as ir  # noqa: E402
 from onnx import TensorProto  # noqa: E402
 
 from models.recipes.mlp import MlpConfig, build_mlp  # noqa: E402
-from onnxfuse.quantize import quantize  # noqa: E402
+from onnxfuse.quantize_api import quantize  # noqa: E402
 
 EXAMPLES = {
     "mlp_int4.onnx": (MlpConfig(dtype=TensorProto.FLOAT), "int4"),

@@ -72,7 +72,7 @@ def feeds(entry: ZooModel, batch: int = 1, seq: int = 8) -> dict[str, np.ndarray
 # -- recipes --------------------------------------------------------------------------------
 def _q(base: str, scheme: str, **kw) -> Callable[["Builder"], ir.Model]:
     def make(b: "Builder") -> ir.Model:
-        from onnxfuse.quantize import quantize
+        from onnxfuse.quantize_api import quantize
 
         return quantize(b.path(base), scheme, **kw)
 
@@ -84,7 +84,7 @@ def _calibrated(base: str, scheme: str, add: Callable, quantize_kw: dict, blocks
     (per-tensor amax, or the activations themselves for block scales)."""
 
     def make(b: "Builder") -> ir.Model:
-        from onnxfuse.quantize import quantize
+        from onnxfuse.quantize_api import quantize
 
         model = quantize(b.path(base), scheme, **quantize_kw)
         tensors = sorted({mm.inputs[0].name for mm in exports._quantized_matmuls(model.graph)})
@@ -95,7 +95,7 @@ def _calibrated(base: str, scheme: str, add: Callable, quantize_kw: dict, blocks
 
 
 def _modelopt_mxfp8(b: "Builder") -> ir.Model:
-    from onnxfuse.quantize import quantize
+    from onnxfuse.quantize_api import quantize
 
     model = quantize(b.path("llama_toy_fp16"), "mxfp8", layout="nk", op_types=("MatMul",), exclude=("lm_head*",))
     return exports.to_trt_mxfp8(model)

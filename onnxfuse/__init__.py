@@ -17,7 +17,7 @@ _LAZY = {
     "optimize": ("onnxfuse.optimize_api", "optimize"),
     "check": ("onnxfuse.optimize_api", "check"),
     "Report": ("onnxfuse.optimize_api", "Report"),
-    "quantize": ("onnxfuse.quantize", "quantize"),
+    "quantize": ("onnxfuse.quantize_api", "quantize"),
     "InferenceSession": ("onnxfuse.runtime.session", "InferenceSession"),
 }
 

@@ -35,6 +35,7 @@ K, N, BLOCK = 64, 8, 32
 class Built:
     input: str
     output: str
+    options: tuple[str, ...] = ()  # more `optimize` options, e.g. ("--report", path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,6 +292,31 @@ def output_is_the_inputs_external_data(folder):
     model = _model(nodes, [_vi("a", shape=[1, K])], [_vi("y", shape=[1, N])], [w])
     onnx.save(model, folder / "model.onnx", save_as_external_data=True, location="weights.bin", size_threshold=0)
     return Built(str(folder / "model.onnx"), str(folder / "weights.bin"))
+
+
+@case("output", "OFX108", "missing")
+def report_in_missing_folder(folder):
+    return Built(str(_valid(folder)), str(folder / "out.onnx"), ("--report", str(folder / "missing" / "r.json")))
+
+
+@case("output", "OFX108", "model.onnx")
+def report_equals_input(folder):
+    path = _valid(folder)
+    return Built(str(path), str(folder / "out.onnx"), ("--report", str(path)))
+
+
+@case("output", "OFX108", "out.onnx")
+def report_equals_output(folder):
+    return Built(str(_valid(folder)), str(folder / "out.onnx"), ("--report", str(folder / "out.onnx")))
+
+
+@case("load", "OFX103", "model.onnx")
+def oversized_file(folder):
+    """3 GiB (sparse: no disk used): more than any ModelProto; reading it whole would be the bomb."""
+    path = folder / "model.onnx"
+    with open(path, "wb") as f:
+        f.truncate(3 * 1024**3)
+    return path
 
 
 # --- external data -------------------------------------------------------------------------

@@ -7,8 +7,10 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Appended, not prepended: the installed onnxfuse (with onnxfuse.passes / onnxfuse.kernels mapped
+# from their folders) must win over the bare onnxfuse/ folder of the checkout.
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+    sys.path.append(str(ROOT))
 
 
 @functools.cache

@@ -38,6 +38,8 @@ LAYOUTS = ["kn", "nk_transpose", "reshape3d", "gemm_transB", "gemm"]
 ACT = {"float32": (np.float32, TensorProto.FLOAT), "float16": (np.float16, TensorProto.FLOAT16)}
 # Relative rounding of one value stored in a type (half an ulp).
 HALF_ULP = {TensorProto.FLOAT: 2.0**-24, TensorProto.FLOAT16: 2.0**-11, TensorProto.BFLOAT16: 2.0**-8}
+# Absolute rounding below the normal range (half the smallest subnormal): tiny weights and outputs.
+HALF_SUBNORMAL = {TensorProto.FLOAT: 2.0**-150, TensorProto.FLOAT16: 2.0**-25, TensorProto.BFLOAT16: 2.0**-134}
 
 
 @dataclasses.dataclass
@@ -149,7 +151,11 @@ def cases(draw) -> Case:
         # float32 (K * 2^-23 relative, which also covers scale * code), and the output is rounded
         # once to the activation type.
         mag = np.abs(a.astype(np.float64)) @ np.abs(W) * abs(alpha) + (np.abs(b.astype(np.float64)) if b is not None else 0)
-        tol[out_name] = mag * (2 * HALF_ULP[path_type] + K * 2.0**-23) + np.abs(y) * 2 * HALF_ULP[act_type] + 1e-30
+        # Below the normal range those roundings are absolute: half a subnormal per weight (times |a|)
+        # and per output.
+        tol[out_name] = (mag * (2 * HALF_ULP[path_type] + K * 2.0**-23) + np.abs(y) * 2 * HALF_ULP[act_type]
+                         + np.abs(a.astype(np.float64)).sum(axis=-1, keepdims=True) * abs(alpha) * 2 * HALF_SUBNORMAL[path_type]
+                         + 2 * HALF_SUBNORMAL[act_type] + 1e-30)
 
     consumer("y", "")
     if shared:
@@ -157,7 +163,7 @@ def cases(draw) -> Case:
     if dq_is_output and scale_type != TensorProto.BFLOAT16:  # onnxruntime's Python API cannot return bfloat16
         outputs.append(helper.make_tensor_value_info("w_dq", scale_type, list(shape)))
         expected["w_dq"] = _reference_weight(w)
-        tol["w_dq"] = np.abs(expected["w_dq"]) * 2 * HALF_ULP[scale_type] + 1e-30
+        tol["w_dq"] = np.abs(expected["w_dq"]) * 2 * HALF_ULP[scale_type] + 2 * HALF_SUBNORMAL[scale_type] + 1e-30
     graph = helper.make_graph(nodes, "fuzz", inputs, outputs, initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset_for(w))])
     model.ir_version = 11

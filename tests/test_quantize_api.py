@@ -20,7 +20,7 @@ from onnx.reference import ReferenceEvaluator
 import onnxfuse
 from onnxfuse import codes, formats
 from onnxfuse.diagnostics import OnnxfuseError
-from onnxfuse.quantize import quantize_with_summary
+from onnxfuse.quantize_api import quantize_with_summary
 
 from models.recipes.bert import BertConfig, build_bert
 from models.recipes.llama import LlamaConfig, build_llama

@@ -31,7 +31,11 @@ def _t(x):
 
 
 def _dequant_matmul(case, a: np.ndarray, N: int):
-    return onnxfuse.kernels.dequant_matmul(
+    # The implementation module itself: the package-level name is shadowed by it after one call
+    # (see test_public_kernel_functions_stay_callable).
+    from onnxfuse.kernels.dequant_matmul import dequant_matmul
+
+    return dequant_matmul(
         _t(a), _t(case.w), _t(case.scale), _t(case.zero_point), _t(case.global_scale), None,
         K=case.K, N=N, block_size=case.block_size, weight_format=case.weight_format, scale_format=case.scale_format)
 
@@ -49,6 +53,21 @@ def _want(case, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 import onnxfuse.kernels  # noqa: E402
+
+
+def test_public_kernel_functions_stay_callable():
+    """`from onnxfuse.kernels.X import X` inside onnxfuse.kernels.X() makes the package attribute
+    the submodule after the first call: every later call is "'module' object is not callable"."""
+    rng = np.random.default_rng(0)
+    case = kref.random_rows(rng, 4, 16, weight_format="int4", scale_format="float16", block_size=16)
+    for _ in range(2):
+        y = onnxfuse.kernels.dequant_matmul(torch.ones(1, 16), _t(case.w), _t(case.scale), None, None, None, K=16, N=4,
+                                            block_size=16, weight_format="int4", scale_format="float16")
+        assert tuple(y.shape) == (1, 4)
+    x = torch.ones(2, 32)
+    for _ in range(2):
+        onnxfuse.kernels.quantize_dequantize(x, None, None, None, element_format="float8e4m3fn", axis=-1,
+                                             block_size=32, mode="dynamic", scale_rule="mx")
 
 
 @pytest.mark.parametrize("weight_format, scale_format, K, N, block, M", [
@@ -181,7 +200,12 @@ def test_nan_activation_through_the_session_matches_onnxruntime_on_the_original(
     import onnxruntime as ort
 
     want = ort.InferenceSession(original.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    W = w.dequantized()
+    # The original rounds each weight to float16 (its DQ's output type); the fused op decodes in
+    # float32: half an fp16 ulp per weight on each side, plus fp32 accumulation of 20 terms.
+    bound = np.abs(a[1].astype(np.float64)) @ np.abs(W) * (2 * 2.0**-11 + 20 * 2.0**-23)
     for backend in ("ort", "triton"):
         got = onnxfuse.InferenceSession(fused_model, backend=backend).run(None, {"a": a})[0]
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-        np.testing.assert_allclose(got[1], want[1], rtol=1e-5)  # fp32 accumulation of 20 terms
+        assert np.isnan(got[0]).all()  # one NaN in a row reaches every output of that row
+        assert (np.abs(got[1] - want[1]) <= 2 * bound).all()

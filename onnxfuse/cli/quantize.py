@@ -54,7 +54,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from onnxfuse.quantize import quantize_with_summary
+    from onnxfuse.quantize_api import quantize_with_summary
 
     start = time.perf_counter()
     _, s = quantize_with_summary(

@@ -1,4 +1,4 @@
-"""`onnxfuse.quantize`: round-to-nearest weight-only quantization into standard Q/DQ.
+"""`onnxfuse.quantize(...)`: round-to-nearest weight-only quantization into standard Q/DQ.
 
 The math is the formats layer's (`Scheme.quantize`); this module only decides which weights to
 quantize (onnxfuse.quantize_targets), writes the DequantizeLinear subgraph exporters write
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
-import types
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -225,15 +223,3 @@ def quantize(
         output_path=output_path,
     )
     return model
-
-
-class _CallableModule(types.ModuleType):
-    """`onnxfuse.quantize(...)` is the API, but importing this module binds the name
-    `onnxfuse.quantize` to the module itself; calling the module calls the function, so the API
-    works whatever was imported first."""
-
-    def __call__(self, *args, **kwargs):
-        return quantize(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
