@@ -149,3 +149,88 @@ def test_failed_write_keeps_the_previous_pair(tmp_path, previous, monkeypatch):
     assert _leftovers(tmp_path) == []
     monkeypatch.undo()
     assert isinstance(model.graph.initializers["w"].const_value, ir.ExternalTensor)
+
+
+# --- the same through `onnxfuse optimize` ------------------------------------------------------
+def _int4_model(folder: pathlib.Path, k: int = 2048, n: int = 2048) -> pathlib.Path:
+    """DQ(int4 [K, N], block 32) -> MatMul with external data: a few MB to repack and write."""
+    import ml_dtypes
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.integers(-8, 8, size=(k, n)).astype(ml_dtypes.int4), "w")
+    s = numpy_helper.from_array(rng.uniform(0.01, 0.1, size=(k // 32, n)).astype(np.float16), "w_scale")
+    nodes = [helper.make_node("DequantizeLinear", ["w", "w_scale"], ["w_dq"], name="dq_w", axis=0, block_size=32),
+             helper.make_node("Cast", ["w_dq"], ["w_f"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("MatMul", ["a", "w_f"], ["y"], name="matmul")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], initializer=[w, s])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    path = folder / "in.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="in.onnx.data", size_threshold=0)
+    return path
+
+
+def _optimize(src: pathlib.Path, out: pathlib.Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "onnxfuse", "optimize", str(src), "-o", str(out),
+                             "--external-data", "yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _fused_whole(out: pathlib.Path) -> None:
+    model = onnx.load(out)  # with its external data: a model paired with a partial data file fails
+    onnx.checker.check_model(model, full_check=True)
+    assert any(n.domain == "onnxfuse" for n in model.graph.node)
+
+
+@pytest.fixture(scope="module")
+def big_input(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("big")
+    src = _int4_model(folder)
+    p = _optimize(src, folder / "reference.onnx")
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    start = time.monotonic()
+    p = _optimize(src, folder / "timing.onnx")
+    p.communicate(timeout=300)
+    return src, time.monotonic() - start
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.6, 0.85, 0.95])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupted_optimize_leaves_no_partial_output(tmp_path, big_input, sig, fraction):
+    src, seconds = big_input
+    digest = _digest(src)
+    out = tmp_path / "out.onnx"
+    p = _optimize(src, out)
+    time.sleep(seconds * fraction)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=120)
+    assert "Traceback" not in err
+    if os.path.exists(out):
+        _fused_whole(out)  # it finished before the signal: then it is whole
+    else:
+        assert not (tmp_path / "out.onnx.data").exists() or p.returncode == 0
+    if sig == signal.SIGINT:
+        assert p.returncode in (0, 130), err
+        assert _leftovers(tmp_path) == []
+    assert _digest(src) == digest
+
+
+def test_two_optimizes_racing_on_one_output(tmp_path, big_input):
+    src, _ = big_input
+    out = tmp_path / "out.onnx"
+    racers = [_optimize(src, out), _optimize(src, out)]
+    for r in racers:
+        _, err = r.communicate(timeout=300)
+        assert r.returncode == 0, err
+    _fused_whole(out)
+    assert _leftovers(tmp_path) == []
+
+
+def _digest(path: pathlib.Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in sorted(path.parent.glob(path.name + "*")):
+        h.update(p.read_bytes())
+    return h.hexdigest()
