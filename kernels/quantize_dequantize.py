@@ -8,11 +8,13 @@ block amax is a register reduction, then the scale rule of onnxfuse.formats.scal
   nvfp4   s = e4m3(max(amax / 6 / g, 2^-9)) * g, g the per-tensor scale (global_scale input;
           absent: amax(|x|) / (6 * 448), computed on the device first)
   absmax  s = amax / max_elem (float32; 1.0 for an all-zero block)
-Elements round with `rounding_mode`: "even" (half to even, ONNX), "floor", "ceil" (towards
--inf / +inf, Quark's names), on the element's grid; floats saturate to +-max when `saturate`
-(else overflow gives NaN for float8e4m3fn, Inf for float8e5m2; fp4/fp6 always saturate).
-MX exponents are clamped to [-126, 126] (OCP allows -127): only blocks whose amax is below
-2^(emax-126), about 1e-38, differ, and those quantize to zero either way.
+Elements round with `rounding_mode` (docs/ops.md): nearest with ties "even" (ONNX), "away"
+(from zero) or "up" (toward +inf), or directed "floor" / "ceil", on the element's grid; floats
+saturate to +-max when `saturate` (else overflow gives NaN for float8e4m3fn, Inf for
+float8e5m2; fp4/fp6 always saturate).
+MX shared exponents are those of onnxfuse.formats.scale_rules.mx and the function bodies:
+floor(log2 amax) (at most 127) - emax, clipped to [-127, 127], -127 for an all-zero block;
+2^-127 is the E8M0 subnormal. A NaN in a block makes its scale NaN (as the bodies do).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ _FLOAT_GRID = {
 }
 _MX_EMAX = {"float8e4m3fn": 8, "float8e5m2": 15, "float6e2m3": 2, "float6e3m2": 4, "float4e2m1": 2, "int8": 6}
 # (int8: MXINT8's implicit 2^-6 folded in, so s = 2^(floor(log2 amax) - 6))
-_ROUND = {"even": 0, "floor": 1, "ceil": 2}
+_ROUND = {"even": 0, "floor": 1, "ceil": 2, "away": 3, "up": 4}
 _RULE = {"mx": 0, "nvfp4": 1, "absmax": 2}
 
 
@@ -44,8 +46,17 @@ def _round(x, ROUND: tl.constexpr):
         r = (x + 12582912.0) - 12582912.0
     elif ROUND == 1:
         r = tl.floor(x)
-    else:
+    elif ROUND == 2:
         r = tl.ceil(x)
+    else:  # nearest, ties away from zero (3) or toward +inf (4); a - floor(a) is exact for a >= 0
+        a = tl.abs(x)
+        whole = tl.floor(a)
+        frac = a - whole
+        carry = frac >= 0.5
+        if ROUND == 4:  # a negative value's tie rounds its magnitude down
+            carry = tl.where(x < 0, frac > 0.5, carry)
+        m = whole + tl.where(carry, 1.0, 0.0)
+        r = tl.where(x < 0, -m, m)
     return r
 
 
@@ -53,6 +64,12 @@ def _round(x, ROUND: tl.constexpr):
 def _exp2_int(e):
     """2^e as float32 for integer tensors -126 <= e <= 127."""
     return ((e + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _e8m0_value(e):
+    """2^e for shared exponents -127 <= e <= 127: E8M0's values (2^-127 is a float32 subnormal)."""
+    return tl.where(e == -127, 5.877471754111438e-39, _exp2_int(tl.maximum(e, -126)))
 
 
 @triton.jit
@@ -78,6 +95,9 @@ def _to_grid(v, zp, IS_FLOAT: tl.constexpr, QMIN: tl.constexpr, QMAX: tl.constex
             r = tl.where(ra > FMAX, float("nan"), r)
         else:
             r = tl.where(ra > FMAX, tl.where(r < 0, float("-inf"), float("inf")), r)
+        # The sign of v, zeros included: the element's code keeps it (-0.3 -> -0 as the references give)
+        sign = (v.to(tl.int32, bitcast=True) >> 31) << 31
+        r = (tl.abs(r).to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
         r = tl.where(v != v, float("nan"), r)
     else:
         t = tl.minimum(tl.maximum(v, QMIN - 1.0 - zp), QMAX + 1.0 - zp)  # keeps _round's |x| < 2^22
@@ -127,8 +147,9 @@ def qdq_dynamic_kernel(x_ptr, gs_ptr, out_ptr, R, K, G, BS,
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     amax = tl.max(tl.abs(x), axis=2)  # [BLOCK_R, BLOCK_G]
     if RULE == 0:  # mx: a power of two
-        e = tl.where(amax == 0, -126, _floor_log2(amax) - MX_EMAX)
-        s = _exp2_int(tl.minimum(tl.maximum(e, -126), 126))
+        e = tl.minimum(_floor_log2(amax), 127) - MX_EMAX  # Inf: floor_log2 128, clipped to 127 as the bodies do
+        e = tl.where(amax == 0, -127, tl.minimum(tl.maximum(e, -127), 127))
+        s = tl.where(amax != amax, float("nan"), _e8m0_value(e))
     elif RULE == 1:  # nvfp4: E4M3 block scale times the per-tensor scale
         gsc = tl.load(gs_ptr).to(tl.float32)
         target = tl.maximum((amax / 6.0) / gsc, 0.001953125)

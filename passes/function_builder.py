@@ -62,6 +62,17 @@ class BodyBuilder:
         node.attribute.append(helper.make_attribute_ref(field, attr_type, ref_attr_name=name))
         self.nodes.append(node)
 
+    def opaque(self, value: str) -> str:
+        """Max(x, x): x itself, bit for bit (NaN and -0 included), through an op no onnxruntime
+        transformer matches. Inlined bodies sit next to the model's own nodes, and onnxruntime's
+        fusions would otherwise reach across the function boundary and change the numbers:
+        a per-tensor DequantizeLinear feeding the body's MatMul, once the weight decode is
+        constant-folded, makes WeightBiasQuantization requantize the decoded weight to per-tensor
+        int8; MatMul + Add becomes Gemm (another summation); a DequantizeLinear or
+        QuantizeLinear propagates into the body. Bodies pass their activation inputs and their
+        outputs through this, so each body computes exactly what it computes in isolation."""
+        return self.op("Max", value, value, hint="opaque")
+
     def identity_to(self, value: str, output: str) -> None:
         """Bind an internal value to a function output name."""
         self.nodes.append(helper.make_node("Identity", [value], [output]))

@@ -87,7 +87,7 @@ def build_quantize_dequantize(b, *, element: ElementFormat, fmt: ScaleFormat, mo
                               rounding_mode: str, saturate: bool, has_zero_point: bool, has_global_scale: bool,
                               dtype: int) -> None:
     """Append the body reading X, scale, zero_point, global_scale and writing Y."""
-    x = b.to_float("X", dtype)
+    x = b.opaque(b.to_float("X", dtype))  # no Q/DQ of the model propagates into the body
     view = _BlockView(b, "X")
     x4 = view.blocks(x)
     zp = b.op("Reshape", b.op("Gather", b.const(code_table(element), "zp_lut"),
@@ -107,7 +107,7 @@ def build_quantize_dequantize(b, *, element: ElementFormat, fmt: ScaleFormat, mo
         q = _quantize_int(b, v, zp, element, rounding_mode, mxint8=(mode == "dynamic" and scale_rule == "mx"))
         if zp is not None:
             q = b.op("Sub", q, zp)
-    y = view.unblocks(b.op("Mul", q, s, hint="y4"))
+    y = b.opaque(view.unblocks(b.op("Mul", q, s, hint="y4")))
     b.identity_to(y if dtype == TensorProto.FLOAT else b.op("Cast", y, to=dtype), "Y")
 
 

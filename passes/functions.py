@@ -113,16 +113,22 @@ def function_for(op_type: str, *, weight_format: str, scale_format: str, has_zer
 
 # --- bodies ----------------------------------------------------------------------------------
 def _finish(b, y: str, dtype: int) -> None:
+    """Y = Cast_T(y), through an opaque op (in float32, which every CPU kernel has) so that
+    onnxruntime fuses nothing of the model's across the body's output (BodyBuilder.opaque)."""
+    y = b.opaque(y)
     b.identity_to(y if dtype == TensorProto.FLOAT else b.op("Cast", y, to=dtype), "Y")
 
 
 def _dequant_matmul(b, element, fmt, zp, gs, has_bias, dtype) -> None:
-    """Y = Cast_T(float32(A) @ w^T [+ float32(bias)]): accumulation and bias add in float32."""
+    """Y = Cast_T(float32(A) @ w^T [+ float32(bias)]): accumulation and bias add in float32.
+    A and the MatMul's result pass through opaque ops: no DequantizeLinear of the model reaches
+    the MatMul (onnxruntime would requantize the folded weight) and MatMul + Add never become
+    a Gemm, whose summation differs (BodyBuilder.opaque)."""
     w = decode_rows(b, "W", "scale", zp, gs, K=b.attr_int("K"), block_size=b.attr_int("block_size"),
                     element=element, fmt=fmt)
-    y = b.op("MatMul", b.to_float("A", dtype), b.op("Transpose", w, perm=[1, 0]))
+    y = b.op("MatMul", b.opaque(b.to_float("A", dtype)), b.op("Transpose", w, perm=[1, 0]))
     if has_bias:
-        y = b.op("Add", y, b.to_float("bias", dtype))
+        y = b.op("Add", b.opaque(y), b.to_float("bias", dtype))
     _finish(b, y, dtype)
 
 

@@ -776,5 +776,17 @@ def ragged_last_block(folder):
     return _save(folder, model)
 
 
+@case("survive", ())
+def long_chain(folder):
+    """10 000 nodes in a line after the pattern: nothing may recurse once per node."""
+    model = dq_matmul(int4_weight(), fp32_scale([K // BLOCK, N]))
+    prev = "y"
+    for i in range(10_000):
+        model.graph.node.append(helper.make_node("Relu", [prev], [f"r{i}"], name=f"relu_{i}"))
+        prev = f"r{i}"
+    model.graph.output[0].name = prev
+    return _save(folder, model)
+
+
 def by_name(name: str) -> BadInput:
     return next(c for c in CASES if c.name == name)

@@ -77,6 +77,25 @@ def test_dynamic_mx_matches_the_ocp_rule(element):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("element", MX_ELEMENTS)
+def test_dynamic_mx_tiny_blocks_use_the_full_e8m0_range(element):
+    """Blocks whose shared exponent falls to -127 (2^-127, E8M0's subnormal) and an all-zero block:
+    bit for bit onnxfuse.formats.scale_rules.mx (a [-126, 126] clamp would change these blocks)."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 96)).astype(np.float32)
+    for blk, e in enumerate((-100, -118, -126)):  # shared exponents from about -100 - emax down past -127
+        x[:, 32 * blk:32 * (blk + 1)] *= np.float32(2.0 ** e)
+    x[1, 32:64] = 0.0
+    x[3, 64:96] *= np.float32(2.0 ** -12)  # float32 subnormals in the block
+    got = quantize_dequantize(_t(x), None, None, None, element_format=element, axis=1, block_size=32, mode="dynamic",
+                              scale_rule="mx").numpy()
+    data, scale = mx(x, formats.element_format(element), 1, 32)
+    codes = scale.view(np.uint8)
+    assert (codes[[0, 2, 3]] == 0).any(), "a non-zero block must reach the 2^-127 scale"
+    want = formats.dequantize_linear(data, scale, axis=1, block_size=32, output_dtype=1)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_dynamic_nvfp4_matches_the_two_level_rule():
     rng = np.random.default_rng(4)
     x = rng.standard_normal((4, 3, 40)).astype(np.float32)
@@ -124,6 +143,22 @@ def test_rounding_modes_and_saturation():
     np.testing.assert_array_equal(floor, [[0, 0, 1, 2, -3, -1, 127, -128]])
     ceil = quantize_dequantize(_t(x), one, None, None, element_format="int8", rounding_mode="ceil", **kw).numpy()
     np.testing.assert_array_equal(ceil, [[1, 1, 2, 3, -2, 0, 127, -128]])
+    ties = np.array([[0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.7, 126.5, -128.5]], np.float32)
+    away = quantize_dequantize(_t(ties), one, None, None, element_format="int8", rounding_mode="away", **kw).numpy()
+    np.testing.assert_array_equal(away, [[1, 2, 3, -1, -2, -3, 0, -1, 127, -128]])
+    up = quantize_dequantize(_t(ties), one, None, None, element_format="int8", rounding_mode="up", **kw).numpy()
+    np.testing.assert_array_equal(up, [[1, 2, 3, 0, -1, -2, 0, -1, 127, -128]])
+    # on a float grid (fp4 e2m1: 0 .5 1 1.5 2 3 4 6): ties between neighbours, subnormal 0.25 included
+    grid_ties = np.array([[0.25, 1.25, 2.5, 5.0, -0.25, -2.5, -5.0, 0.26]], np.float32)
+    fp4 = {m: quantize_dequantize(_t(grid_ties), one, None, None, element_format="float4e2m1", rounding_mode=m,
+                                  **kw).numpy() for m in ("even", "away", "up")}
+    np.testing.assert_array_equal(fp4["even"], [[0, 1, 2, 4, 0, -2, -4, 0.5]])
+    np.testing.assert_array_equal(fp4["away"], [[0.5, 1.5, 3, 6, -0.5, -3, -6, 0.5]])
+    np.testing.assert_array_equal(fp4["up"], [[0.5, 1.5, 3, 6, 0, -2, -4, 0.5]])
+    # uint4 with a zero point: the tie is of v, before the zero point is added
+    zp = torch.tensor(3, dtype=torch.uint8)
+    u4 = quantize_dequantize(_t(ties), one, zp, None, element_format="uint4", rounding_mode="up", **kw).numpy()
+    np.testing.assert_array_equal(u4, [[1, 2, 3, 0, -1, -2, 0, -1, 12, -3]])
     sat = quantize_dequantize(_t(x), one, None, None, element_format="float8e4m3fn", **kw).numpy()
     assert sat[0, 6] == 448 and sat[0, 7] == -448
     nosat = quantize_dequantize(_t(x), one, None, None, element_format="float8e4m3fn", saturate=False, **kw).numpy()
@@ -138,7 +173,7 @@ def test_errors_are_onnxfuse_errors():
     x = torch.zeros(2, 8)
     with pytest.raises(OnnxfuseError, match="rounding_mode"):
         quantize_dequantize(x, None, None, None, element_format="int8", axis=1, block_size=4, mode="dynamic",
-                            scale_rule="mx", rounding_mode="up")
+                            scale_rule="mx", rounding_mode="nearest")
     with pytest.raises(OnnxfuseError, match="nvfp4"):
         quantize_dequantize(x, None, None, None, element_format="int8", axis=1, block_size=4, mode="dynamic",
                             scale_rule="nvfp4")

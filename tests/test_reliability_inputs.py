@@ -223,3 +223,17 @@ def test_corpus_is_big_enough():
     assert {"load", "output", "pattern", "warning", "kept", "survive"} <= kinds
     assert len(bad_inputs.CASES) >= 60
     assert sum(c.bomb for c in bad_inputs.CASES) >= 6
+
+
+def test_a_closed_stdout_is_not_an_internal_error(tmp_path):
+    """`onnxfuse check --json m.onnx | head -c 1`: the reader goes away; no internal error, no traceback."""
+    import subprocess
+    import sys
+
+    path = pathlib.Path(bad_inputs.by_name("scale_nan").build(tmp_path).input)
+    p = subprocess.Popen([sys.executable, "-m", "onnxfuse", "check", "--json", str(path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # nobody reads: the first write fails with EPIPE
+    err = p.stderr.read().decode()
+    p.wait(timeout=60)
+    assert "OFX099" not in err and "Traceback" not in err, err

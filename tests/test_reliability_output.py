@@ -152,7 +152,7 @@ def test_failed_write_keeps_the_previous_pair(tmp_path, previous, monkeypatch):
 
 
 # --- the same through `onnxfuse optimize` ------------------------------------------------------
-def _int4_model(folder: pathlib.Path, k: int = 2048, n: int = 2048) -> pathlib.Path:
+def _int4_model(folder: pathlib.Path, k: int = 4096, n: int = 4096) -> pathlib.Path:
     """DQ(int4 [K, N], block 32) -> MatMul with external data: a few MB to repack and write."""
     import ml_dtypes
     from onnx import TensorProto, helper, numpy_helper
@@ -190,34 +190,40 @@ def big_input(tmp_path_factory):
     _, err = p.communicate(timeout=300)
     assert p.returncode == 0, err
     start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "onnxfuse", "--version"], capture_output=True, check=True)
+    startup = time.monotonic() - start
+    start = time.monotonic()
     p = _optimize(src, folder / "timing.onnx")
     p.communicate(timeout=300)
-    return src, time.monotonic() - start
+    return src, startup, time.monotonic() - start
 
 
-@pytest.mark.parametrize("fraction", [0.3, 0.6, 0.85, 0.95])
+@pytest.mark.parametrize("fraction", [0.2, 0.5, 0.8, 0.95])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_interrupted_optimize_leaves_no_partial_output(tmp_path, big_input, sig, fraction):
-    src, seconds = big_input
+    """Signals spread over the run after start-up (loading, repacking, writing)."""
+    src, startup, seconds = big_input
     digest = _digest(src)
     out = tmp_path / "out.onnx"
     p = _optimize(src, out)
-    time.sleep(seconds * fraction)
+    time.sleep(startup + (seconds - startup) * fraction)
     p.send_signal(sig)
     _, err = p.communicate(timeout=120)
+    print(f"signal {sig} at {fraction:.0%}: exit {p.returncode}, output {'written' if out.exists() else 'absent'}")
     assert "Traceback" not in err
     if os.path.exists(out):
         _fused_whole(out)  # it finished before the signal: then it is whole
     else:
         assert not (tmp_path / "out.onnx.data").exists() or p.returncode == 0
     if sig == signal.SIGINT:
-        assert p.returncode in (0, 130), err
+        # 130: onnxfuse caught it; -SIGINT: it landed before Python's own handler was installed.
+        assert p.returncode in (0, 130, -signal.SIGINT), (p.returncode, err)
         assert _leftovers(tmp_path) == []
     assert _digest(src) == digest
 
 
 def test_two_optimizes_racing_on_one_output(tmp_path, big_input):
-    src, _ = big_input
+    src, _, _ = big_input
     out = tmp_path / "out.onnx"
     racers = [_optimize(src, out), _optimize(src, out)]
     for r in racers:
