@@ -1,6 +1,7 @@
 """Shared pytest setup: the repository root on sys.path (for models/ recipes) and the gpu marker."""
 
 import functools
+import os
 import pathlib
 import sys
 
@@ -11,6 +12,20 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # from their folders) must win over the bare onnxfuse/ folder of the checkout.
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-golden", action="store_true",
+        help="rewrite the zoo's golden files and test data (models/golden) instead of comparing with them",
+    )
+
+
+def pytest_configure(config):
+    if config.getoption("--update-golden"):
+        from models import regression
+
+        os.environ[regression.UPDATE_ENV] = "1"
 
 
 @functools.cache

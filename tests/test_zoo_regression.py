@@ -8,7 +8,7 @@ For each model:
 3. the optimized model runs in stock onnxruntime CPU and matches the reference outputs within
    the per-format tolerance of models/regression.py.
 
-ONNXFUSE_UPDATE_GOLDEN=1 pytest tests/test_zoo_regression.py rewrites the golden files; review
+pytest tests/test_zoo_regression.py --update-golden rewrites the golden files; review
 the diff before committing it.
 """
 
@@ -40,7 +40,7 @@ def _feeds_and_outputs(name: str, path: str):
     stored = rg.load_data(name)
     if rg.updating() or stored is None:
         if not rg.updating():
-            pytest.fail(f"no test data for {name}: run ONNXFUSE_UPDATE_GOLDEN=1 pytest {__file__}")
+            pytest.fail(f"no test data for {name}: run pytest {__file__} --update-golden")
         rg.save_data(name, feeds, outputs)
         return feeds, outputs, outputs
     stored_feeds, stored_outputs = stored
@@ -79,7 +79,7 @@ def test_zoo_model_against_golden(name, zoo_dir):
     if rg.updating():
         rg.save_golden(name, record)
         golden = record
-    assert golden is not None, f"no golden file for {name}: run ONNXFUSE_UPDATE_GOLDEN=1 pytest {__file__}"
+    assert golden is not None, f"no golden file for {name}: run pytest {__file__} --update-golden"
     assert np.allclose(record["cosine_similarity"], golden["cosine_similarity"], atol=rg.GOLDEN_COSINE_TOLERANCE, rtol=0)
     assert {k: record[k] for k in ("fused", "diagnostics", "unfused_nodes")} == \
         {k: golden[k] for k in ("fused", "diagnostics", "unfused_nodes")}
