@@ -1,6 +1,7 @@
 """DequantMatMul: dispatch by problem shape, launch configs, autotuning.
 
-  M <= 4           dqmm_gemv_kernel (FP32 FMAs, split-K so small layers still fill the SMs)
+  M <= 4           dqmm_gemv_kernel (FP32 FMAs on in-place decoded codes, split-K so every layer
+                   fills the SMs; see kernels/dequant_gemv_kernel.py)
   4 < M            dqmm_gemm_kernel (tl.dot, fp16/bf16 operands, fp32 accumulate; split-K for small M)
   large M          the autotuner may instead pick "materialise": decode W once to A's dtype and
                    run cuBLAS, when that measures faster (the decode is one pass over W)
@@ -10,10 +11,13 @@
 
 from __future__ import annotations
 
+import math
+
 from onnxfuse import codes
 from onnxfuse.diagnostics import OnnxfuseError
 from onnxfuse.kernels import autotune, format_codes, inputs, triton_env
-from onnxfuse.kernels.dequant_matmul_kernels import dqmm_gemm_kernel, dqmm_gemv_kernel, splitk_epilogue_kernel
+from onnxfuse.kernels.dequant_gemv_kernel import dqmm_gemv_kernel, splitk_sum_kernel
+from onnxfuse.kernels.dequant_matmul_kernels import dqmm_gemm_kernel, splitk_epilogue_kernel
 from onnxfuse.kernels.dequant_rows import decode_rows_device
 
 torch, triton, tl = triton_env.load()
@@ -47,16 +51,35 @@ def _tile_shape(element, block_size: int, block_kb: int) -> tuple[int, int]:
 
 
 def gemv_candidates(M, N, Kb, element, device) -> list[dict]:
+    """A few (rows, bytes) tiles that give each thread several rows x 16 bytes, each with the
+    split-K that makes about 8 programs per SM: the GEMV must keep every SM streaming. From M = 2
+    the tl.dot kernel's small-M configs compete too (GEMM=True)."""
     sms = _sm_count(device)
     if triton_env.interpreting():
         return [dict(BLOCK_N=16, BLOCK_KB=32, SPLIT_K=1, num_warps=4, num_stages=1)]
     out = []
-    for bn, bkb, warps in ((16, 256, 4), (32, 256, 8)):
-        bkb = min(bkb, triton.next_power_of_2(Kb))
-        progs = triton.cdiv(N, bn)
-        split = _split_for(progs, triton.cdiv(Kb, bkb), sms, 4)
+    # (measured on the H200, 2026-12-02: (32, 256) won nearly every large-layer case; a manual
+    # register prefetch of the next K step and 512-byte steps were slower, so neither is here)
+    for bn, bkb, warps in ((32, 256, 4), (64, 128, 4), (32, 128, 2), (16, 1024, 4)):
+        bkb = max(16, min(bkb, triton.next_power_of_2(Kb)))
+        split = _split_for(triton.cdiv(N, bn), triton.cdiv(Kb, bkb), sms, 8)
         out.append(dict(BLOCK_N=bn, BLOCK_KB=bkb, SPLIT_K=split, num_warps=warps, num_stages=3))
+    if M > 1:  # FP32 FMAs grow with M: from M = 2 the tl.dot kernel may already be faster
+        out += [dict(c, GEMM=True) for c in gemm_candidates(M, N, Kb, element, device)[:2]]
     return out
+
+
+# Signed integers' sign bits, flipped once per byte so each field is code + half (kernels/dequant_gemv_kernel.py)
+_SIGN_FLIP = {"int2": 0xAA, "int4": 0x88, "int8": 0x80}
+
+
+def _gemv_act_scaling(element) -> tuple[float, int]:
+    """(ACT_BASE, ACT_SHIFT): sub-position s's activations are scaled by ACT_BASE / 2^(s * ACT_SHIFT)."""
+    if not element.is_float:
+        return 1.0, element.bits
+    if element.name == "float4e2m1":
+        return 16384.0, 0
+    return 1.0, 0
 
 
 def gemm_candidates(M, N, Kb, element, device) -> list[dict]:
@@ -67,7 +90,7 @@ def gemm_candidates(M, N, Kb, element, device) -> list[dict]:
     out = []
     if M <= 64:
         bm = max(16, triton.next_power_of_2(M))
-        shapes = ((bm, 64, 128 // cpb, 4, 4), (bm, 128, 128 // cpb, 4, 4))
+        shapes = ((bm, 64, 128 // cpb, 4, 4), (bm, 128, 128 // cpb, 4, 4), (bm, 128, 256 // cpb, 8, 3))
     else:
         shapes = ((128, 128, 64 // cpb, 8, 4),)
     for bm, bn, bkb, warps, stages in shapes:
@@ -92,22 +115,33 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
     ng, bsb = _tile_shape(element, block_size, bkb)
     kb_per_split = triton.cdiv(triton.cdiv(Kb, cfg["SPLIT_K"]), bkb) * bkb
     split = triton.cdiv(Kb, kb_per_split)
-    ws = torch.zeros((M, N), dtype=torch.float32, device=a2.device) if split > 1 else out2
     dummy = w
     common = dict(WFMT=element.id, SFMT=scale_code.id, BITS=element.bits, CPB=element.codes_per_byte,
                   BS=block_size, HAS_ZP=z is not None, HAS_GS=gs is not None, HAS_BIAS=bias is not None,
-                  BLOCK_N=nb, NG=ng, BSB=bsb, ATOMIC=split > 1, num_warps=cfg["num_warps"],
-                  num_stages=cfg["num_stages"])
+                  BLOCK_N=nb, NG=ng, BSB=bsb, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    if gemv:
+        ws = torch.empty((split, M, N), dtype=torch.float32, device=a2.device) if split > 1 else out2
+    else:
+        ws = torch.zeros((M, N), dtype=torch.float32, device=a2.device) if split > 1 else out2
     args = (a2, w, s, z if z is not None else dummy, gs if gs is not None else dummy,
             bias if bias is not None else dummy, out2, ws, M, N, K, Kb, G, a2.stride(0), w.stride(0), s.stride(0),
             z.stride(0) if z is not None else 0, out2.stride(0), kb_per_split)
     if gemv:
         bm = 1 if M == 1 else (2 if M == 2 else 4)
-        dqmm_gemv_kernel[(triton.cdiv(N, nb), split)](*args, BLOCK_M=bm, **common)
+        act_base, act_shift = _gemv_act_scaling(element)
+        dqmm_gemv_kernel[(triton.cdiv(N, nb), split)](*args, BLOCK_M=bm, FLIP=_SIGN_FLIP.get(element.name, 0),
+                                                      USE_WS=split > 1, HW_FP8=not triton_env.interpreting(),
+                                                      ACT_BASE=act_base, ACT_SHIFT=act_shift, **common)
+        if split > 1:
+            block = 1024
+            splitk_sum_kernel[(triton.cdiv(M * N, block),)](ws, bias if bias is not None else dummy, out2, M, N,
+                                                            out2.stride(0), SPLIT=split, HAS_BIAS=bias is not None,
+                                                            BLOCK=block, num_warps=4)
+        return out2
     else:
         bm = cfg["BLOCK_M"]
         grid = (triton.cdiv(M, bm) * triton.cdiv(N, nb), split)
-        dqmm_gemm_kernel[grid](*args, BLOCK_M=bm, GROUP_M=cfg["GROUP_M"], DOT_F32=a2.dtype == torch.float32 or (
+        dqmm_gemm_kernel[grid](*args, BLOCK_M=bm, GROUP_M=cfg["GROUP_M"], ATOMIC=split > 1, DOT_F32=a2.dtype == torch.float32 or (
                                    a2.dtype == torch.bfloat16 and triton_env.interpreting()),
                                **common)
     if split > 1:
@@ -132,6 +166,11 @@ def _materialise(a2, w, s, z, gs, bias, out2, *, K, block_size, element, scale_c
         y = y + bias.to(y.dtype)
     out2.copy_(y)
     return out2
+
+
+def _not_gemv(cfg) -> bool:
+    """A config of the GEMV's candidate list that runs another kernel (tl.dot GEMM or materialise)."""
+    return bool(cfg.get("MATERIALISE") or cfg.get("GEMM"))
 
 
 def _time_config(fn) -> float:
@@ -162,7 +201,7 @@ def dequant_matmul(a, w, scale, zero_point=None, global_scale=None, bias=None, *
     w, s = w.contiguous(), s.contiguous()
     z = z.contiguous() if z is not None else None
     lead = a.shape[:-1]
-    a2 = a.reshape(-1, K)
+    a2 = a.reshape(math.prod(lead), K)  # (not -1: K may be 0)
     if a2.stride(-1) != 1:
         a2 = a2.contiguous()
     M = a2.shape[0]
@@ -183,7 +222,7 @@ def dequant_matmul(a, w, scale, zero_point=None, global_scale=None, bias=None, *
     gemv = M <= GEMV_MAX_M
     if config is None:
         config = _pick_config(a2, w, s, z, gs, bias, out2, gemv=gemv, **kw)
-    _launch(a2, w, s, z, gs, bias, out2, cfg=config, gemv=gemv and not config.get("MATERIALISE"), **kw)
+    _launch(a2, w, s, z, gs, bias, out2, cfg=config, gemv=gemv and not _not_gemv(config), **kw)
     return out
 
 
@@ -201,7 +240,7 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
 
     def time_one(cfg):
         def run():
-            _launch(a2, w, s, z, gs, bias, scratch, cfg=cfg, gemv=gemv and not cfg.get("MATERIALISE"), **kw)
+            _launch(a2, w, s, z, gs, bias, scratch, cfg=cfg, gemv=gemv and not _not_gemv(cfg), **kw)
         return _time_config(run)
 
     return autotune.choose(autotune.cache_for_device(a2.device), key, cands, time_one)

@@ -1,6 +1,6 @@
-"""The DequantMatMul Triton kernels: a GEMV for M <= 4 and a tiled tl.dot GEMM for larger M.
+"""The DequantMatMul tiled tl.dot GEMM (M > 4; the GEMV is kernels/dequant_gemv_kernel.py).
 
-Both read the docs/ops.md row layout W[N, Kb] directly. A K step of one program covers BLOCK_KB
+It reads the docs/ops.md row layout W[N, Kb] directly. A K step of one program covers BLOCK_KB
 bytes of BLOCK_N rows, viewed as [BLOCK_N, NG, BSB]: NG scale blocks of BSB bytes each, so every
 byte load is a contiguous run along the row (16-byte vector loads) and scales/zero points are
 loaded once per (row, block), never per element. The codes sharing a byte (sub-position `sub`)
@@ -63,15 +63,6 @@ def _split_subs(x, CPB: tl.constexpr):
 
 
 @triton.jit
-def _act_subs(a_ptr, m, M, stride_am, kb0, K, CPB: tl.constexpr, NG: tl.constexpr, BSB: tl.constexpr):
-    """Row m of A over one K step as [NG, BSB] per sub-position (fp32)."""
-    kk = kb0 * CPB + tl.arange(0, NG)[:, None] * (BSB * CPB) + tl.arange(0, BSB * CPB)[None, :]
-    row_ok = (kk * 0 + m) < M  # as a tensor: m and M may both be compile-time constants
-    a = tl.load(a_ptr + m * stride_am + kk, mask=(kk < K) & row_ok, other=0.0).to(tl.float32)
-    return _split_subs(a, CPB)
-
-
-@triton.jit
 def _pick(s0, s1, s2, s3, SUB: tl.constexpr):
     if SUB == 0:
         r = s0
@@ -82,82 +73,6 @@ def _pick(s0, s1, s2, s3, SUB: tl.constexpr):
     else:
         r = s3
     return r
-
-
-@triton.jit
-def dqmm_gemv_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_ptr,
-                     M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_zn, stride_om, kb_per_split,
-                     WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
-                     BS: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NG: tl.constexpr, BSB: tl.constexpr,
-                     ATOMIC: tl.constexpr):
-    """Y[m, n] for m < M <= BLOCK_M <= 4: FP32 FMAs (bandwidth-bound, tensor cores would idle)."""
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    BLOCK_KB: tl.constexpr = NG * BSB
-    MASK: tl.constexpr = (1 << BITS) - 1
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < N
-    kb_start = pid_k * kb_per_split
-    kb_end = tl.minimum(kb_start + kb_per_split, Kb)
-    acc0 = tl.zeros((BLOCK_N, NG), tl.float32)
-    acc1 = tl.zeros((BLOCK_N, NG), tl.float32)
-    acc2 = tl.zeros((BLOCK_N, NG), tl.float32)
-    acc3 = tl.zeros((BLOCK_N, NG), tl.float32)
-    for kb0 in range(kb_start, kb_end, BLOCK_KB):
-        wb, byte, s, z = _load_block_tile(w_ptr, s_ptr, z_ptr, offs_n, n_mask, kb0, Kb, G, stride_wn, stride_sn,
-                                          stride_zn, WFMT, SFMT, CPB, BS, HAS_ZP, NG, BSB)
-        t0 = tl.zeros((BLOCK_N, NG), tl.float32)
-        t1 = tl.zeros((BLOCK_N, NG), tl.float32)
-        t2 = tl.zeros((BLOCK_N, NG), tl.float32)
-        t3 = tl.zeros((BLOCK_N, NG), tl.float32)
-        a00, a01, a02, a03 = _act_subs(a_ptr, 0, M, stride_am, kb0, K, CPB, NG, BSB)
-        if BLOCK_M > 1:
-            a10, a11, a12, a13 = _act_subs(a_ptr, 1, M, stride_am, kb0, K, CPB, NG, BSB)
-        if BLOCK_M > 2:
-            a20, a21, a22, a23 = _act_subs(a_ptr, 2, M, stride_am, kb0, K, CPB, NG, BSB)
-            a30, a31, a32, a33 = _act_subs(a_ptr, 3, M, stride_am, kb0, K, CPB, NG, BSB)
-        for sub in tl.static_range(CPB):
-            q = decode_element((wb >> (sub * BITS)) & MASK, WFMT)
-            if HAS_ZP:
-                q = q - z[:, :, None]
-            t0 += tl.sum(q * _pick(a00, a01, a02, a03, sub)[None, :, :], axis=2)
-            if BLOCK_M > 1:
-                t1 += tl.sum(q * _pick(a10, a11, a12, a13, sub)[None, :, :], axis=2)
-            if BLOCK_M > 2:
-                t2 += tl.sum(q * _pick(a20, a21, a22, a23, sub)[None, :, :], axis=2)
-                t3 += tl.sum(q * _pick(a30, a31, a32, a33, sub)[None, :, :], axis=2)
-        acc0 += t0 * s
-        if BLOCK_M > 1:
-            acc1 += t1 * s
-        if BLOCK_M > 2:
-            acc2 += t2 * s
-            acc3 += t3 * s
-    gs = 1.0
-    if HAS_GS:
-        gs = tl.load(gs_ptr).to(tl.float32)
-    _gemv_store(tl.sum(acc0, axis=1) * gs, 0, M, offs_n, n_mask, bias_ptr, out_ptr, ws_ptr, N, stride_om,
-                HAS_BIAS, ATOMIC)
-    if BLOCK_M > 1:
-        _gemv_store(tl.sum(acc1, axis=1) * gs, 1, M, offs_n, n_mask, bias_ptr, out_ptr, ws_ptr, N, stride_om,
-                    HAS_BIAS, ATOMIC)
-    if BLOCK_M > 2:
-        _gemv_store(tl.sum(acc2, axis=1) * gs, 2, M, offs_n, n_mask, bias_ptr, out_ptr, ws_ptr, N, stride_om,
-                    HAS_BIAS, ATOMIC)
-        _gemv_store(tl.sum(acc3, axis=1) * gs, 3, M, offs_n, n_mask, bias_ptr, out_ptr, ws_ptr, N, stride_om,
-                    HAS_BIAS, ATOMIC)
-
-
-@triton.jit
-def _gemv_store(r, m, M, offs_n, n_mask, bias_ptr, out_ptr, ws_ptr, N, stride_om,
-                HAS_BIAS: tl.constexpr, ATOMIC: tl.constexpr):
-    mask = n_mask & ((offs_n * 0 + m) < M)
-    if not ATOMIC:
-        if HAS_BIAS:
-            r += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-        tl.store(out_ptr + m * stride_om + offs_n, r.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.atomic_add(ws_ptr + m * N + offs_n, r, mask=mask)
 
 
 @triton.jit

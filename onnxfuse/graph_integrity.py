@@ -40,9 +40,17 @@ class _Scope:
     """Where a graph sits: its readable place and the names its outer graphs define."""
 
     where: str  # "graph 'main'", "node 'If_3' attribute 'then_branch'", "function 'onnxfuse.F'"
-    outer: frozenset[str]
+    outer: tuple[set[str], ...]  # the names of each enclosing graph, innermost last (shared, not copied)
     opsets: dict[str, int]
     local_functions: frozenset[tuple[str, str]]
+    schemas: dict = dataclasses.field(default_factory=dict)  # (op, version, domain) -> schema or None, per check
+
+    def schema(self, op_type: str, domain: str):
+        key = (op_type, self.opsets[domain], domain)
+        if key not in self.schemas:
+            known = onnx.defs.has(op_type, key[1], domain)
+            self.schemas[key] = onnx.defs.get_schema(op_type, key[1], domain) if known else None
+        return self.schemas[key]
 
 
 def opset_problems(model: onnx.ModelProto, file: str | None = None) -> list[Diagnostic]:
@@ -81,10 +89,10 @@ def graph_problems(model: onnx.ModelProto, file: str | None = None) -> list[Diag
         return out
     local = frozenset((_domain(f.domain), f.name) for f in model.functions)
     opsets = _opsets(model.opset_import)
-    out.extend(_graph(model.graph, _Scope(f"graph '{model.graph.name}'", frozenset(), opsets, local), file))
+    out.extend(_graph(model.graph, _Scope(f"graph '{model.graph.name}'", (), opsets, local), file))
     for f in model.functions:
         f_opsets = {**opsets, **_opsets(f.opset_import)}
-        scope = _Scope(f"function '{f.domain}.{f.name}'", frozenset(), f_opsets, local)
+        scope = _Scope(f"function '{f.domain}.{f.name}'", (), f_opsets, local)
         out.extend(_body(list(f.node), list(f.input), list(f.output), [], scope, file))
     out.extend(_function_recursion(model, file))
     return out[:MAX_DIAGNOSTICS]
@@ -150,19 +158,23 @@ def _body(nodes: list[onnx.NodeProto], inputs: list[str], outputs: list[str], da
     for i, node in enumerate(nodes):
         out.extend(_op_problems(node, i, scope, file))
         for name in node.input:
-            if name and name not in defined and name not in scope.outer:
+            if name and name not in defined and not _in_outer(name, scope):
                 err(codes.MODEL_INVALID, f"input '{name}' of the node is not defined by any node, input or initializer",
                     node=_label(node, i), tensor=name)
         for attr_name, g in _subgraphs(node):
-            sub = _Scope(f"node '{_label(node, i)}' attribute '{attr_name}'", scope.outer | defined,
-                         scope.opsets, scope.local_functions)
+            sub = _Scope(f"node '{_label(node, i)}' attribute '{attr_name}'", (*scope.outer, defined),
+                         scope.opsets, scope.local_functions, scope.schemas)
             out.extend(_graph(g, sub, file))
     for name in outputs:
-        if name not in defined and name not in scope.outer:
+        if name not in defined and not _in_outer(name, scope):
             err(codes.MODEL_INVALID, f"the output '{name}' is not produced by any node, input or initializer", tensor=name)
     if not out:
         out.extend(_cycle_problems(nodes, producer, scope, file))
     return out
+
+
+def _in_outer(name: str, scope: _Scope) -> bool:
+    return any(name in names for names in scope.outer)
 
 
 def _op_problems(node: onnx.NodeProto, index: int, scope: _Scope, file: str | None) -> list[Diagnostic]:
@@ -178,14 +190,14 @@ def _op_problems(node: onnx.NodeProto, index: int, scope: _Scope, file: str | No
             codes.OPSET_INVALID,
             f"{scope.where}: the node's domain '{dom or 'ai.onnx'}' is not in the model's opset imports",
             node=label, file=file, hint=f"add an opset import for domain '{dom}'")]
-    if dom in _SCHEMA_DOMAINS and not onnx.defs.has(node.op_type, scope.opsets[dom], dom):
+    if dom in _SCHEMA_DOMAINS and scope.schema(node.op_type, dom) is None:
         where = f"domain '{dom}'" if dom else "the default domain"
         exists_later = onnx.defs.has(node.op_type, dom)
         msg = (f"{scope.where}: {node.op_type} does not exist in opset {scope.opsets[dom]} of {where}"
                + (" (it was added in a later opset)" if exists_later else " (no such operator)"))
         return [Diagnostic.error(codes.OPSET_INVALID if exists_later else codes.MODEL_INVALID, msg, node=label, file=file)]
     if dom in _SCHEMA_DOMAINS:
-        schema = onnx.defs.get_schema(node.op_type, scope.opsets[dom], dom)
+        schema = scope.schema(node.op_type, dom)
         return _arity_problems(node, label, schema, scope, file) + _attribute_type_problems(node, label, schema, scope, file)
     return []
 

@@ -144,8 +144,12 @@ def _input_files(input_path: str) -> list[str]:
     return files
 
 
-def check_output_path(path: str, input_path: str | None = None) -> None:
-    """Refuse an output path that cannot be written or would overwrite the input or its data."""
+def check_output_path(path: str, input_path: str | None = None, *, avoid: tuple[str, ...] | list[str] = ()) -> None:
+    """Refuse an output path that cannot be written or would overwrite the input or its data.
+
+    avoid: other outputs of the same run that this one must not replace (e.g. for a report
+    path: the model output and its `.data`).
+    """
     if "\0" in path:
         raise OnnxfuseError.of(codes.OUTPUT_PATH_INVALID, "the output path contains a NUL byte", file=path.replace("\0", "\\0"))
     folder = os.path.dirname(os.path.abspath(path))
@@ -155,6 +159,10 @@ def check_output_path(path: str, input_path: str | None = None) -> None:
         raise OnnxfuseError.of(codes.OUTPUT_PATH_INVALID, "the output path is a directory", file=path)
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OnnxfuseError.of(codes.OUTPUT_PATH_INVALID, f"the output folder '{folder}' is not writable", file=path)
+    for other in avoid:
+        if os.path.abspath(other) == os.path.abspath(path) or _same_file(path, other):
+            raise OnnxfuseError.of(codes.OUTPUT_PATH_INVALID, f"this path is also the output '{other}'", file=path,
+                                   hint="give each output its own path")
     if input_path is not None:
         data = path + ".data"
         for f in _input_files(input_path):

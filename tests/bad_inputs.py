@@ -788,5 +788,65 @@ def long_chain(folder):
     return _save(folder, model)
 
 
+@case("pattern", "OFX203", "dq_w")
+def scale_nan_in_constant_node(folder):
+    """The scale comes from a Constant node, not an initializer."""
+    model = dq_matmul(int4_weight(), fp32_scale([K // BLOCK, N], np.nan))
+    scale = model.graph.initializer.pop()
+    model.graph.node.insert(0, helper.make_node("Constant", [], ["w_scale"], name="scale_const", value=scale))
+    return _save(folder, model)
+
+
+@case("survive", ())
+def pattern_inside_if_branch(folder):
+    """DQ -> MatMul in a subgraph that reads the weight, scale and activation from the outer graph."""
+    model = dq_matmul(int4_weight(), fp32_scale([K // BLOCK, N]))
+    body_nodes = list(model.graph.node)
+    branch = helper.make_graph(body_nodes, "then", [], [_vi("y", shape=[1, N])])
+    other = helper.make_graph([helper.make_node("MatMul", ["a", "w_f"], ["y_else"], name="else_mm")], "else", [],
+                              [_vi("y_else", shape=[1, N])])
+    del model.graph.node[:]
+    model.graph.node.extend([
+        helper.make_node("Cast", ["w"], ["w_f"], name="cast_w", to=TensorProto.FLOAT),
+        helper.make_node("If", ["cond"], ["y"], name="if", then_branch=branch, else_branch=other),
+    ])
+    model.graph.input.append(_vi("cond", TensorProto.BOOL, []))
+    return _save(folder, model)
+
+
+@case("survive", ())
+def shared_two_level_scale(folder):
+    """One DQ(e4m3, global) scale chain feeding two fp4 weights."""
+    path = _nvfp4(folder)
+    model = onnx.load(path)
+    model.graph.node.extend([
+        helper.make_node("DequantizeLinear", ["w", "w_scale"], ["w_dq2"], name="dq_w2", axis=1, block_size=16),
+        helper.make_node("Transpose", ["w_dq2"], ["w_t2"], name="transpose2", perm=[1, 0]),
+        helper.make_node("MatMul", ["a", "w_t2"], ["y2"], name="matmul2"),
+    ])
+    model.graph.output.append(_vi("y2", shape=[1, N]))
+    return _save(folder, model)
+
+
+@case("survive", ())
+def trt_mxfp8_dq_with_float_scale(folder):
+    """ModelOpt's MXFP8 DQ expects uint8 E8M0 codes; this one has float32 scales."""
+    fp8 = numpy_helper.from_array(_rng().uniform(-4, 4, size=(K, N)).astype(ml_dtypes.float8_e4m3fn), "w")
+    model = dq_matmul(fp8, fp32_scale([K // BLOCK, N]))
+    model.graph.node[0].op_type = "TRT_MXFP8DequantizeLinear"
+    model.graph.node[0].domain = "trt"
+    model.opset_import.append(helper.make_opsetid("trt", 1))
+    return _save(folder, model)
+
+
+@case("survive", ())
+def quark_unknown_element_dtype(folder):
+    nodes = [helper.make_node("MXQuantizeDequantize", ["a"], ["a_q"], name="quark", domain="com.amd.quark",
+                              element_dtype="fp3_e1m1", axis=1, block_size=32),
+             helper.make_node("Relu", ["a_q"], ["y"], name="relu")]
+    model = _model(nodes, [_vi("a", shape=[1, K])], [_vi("y", shape=[1, K])], extra_opsets=[("com.amd.quark", 1)])
+    return _save(folder, model)
+
+
 def by_name(name: str) -> BadInput:
     return next(c for c in CASES if c.name == name)

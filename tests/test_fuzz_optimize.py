@@ -34,7 +34,7 @@ FUZZ_SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=not L
                          suppress_health_check=list(HealthCheck), print_blob=True)
 
 SCALE_FORMATS = ["float32", "float16", "bfloat16", "float8e8m0", "nvfp4"]
-LAYOUTS = ["kn", "nk_transpose", "reshape3d", "gemm_transB", "gemm"]
+LAYOUTS = ["kn", "nk_transpose", "reshape3d", "gemm_transB", "gemm", "gather"]
 ACT = {"float32": (np.float32, TensorProto.FLOAT), "float16": (np.float16, TensorProto.FLOAT16)}
 # Relative rounding of one value stored in a type (half an ulp).
 HALF_ULP = {TensorProto.FLOAT: 2.0**-24, TensorProto.FLOAT16: 2.0**-11, TensorProto.BFLOAT16: 2.0**-8}
@@ -50,6 +50,7 @@ class Case:
     tolerance: dict  # output name -> per-element bound
     bad: str | None
     weight_path_type: int
+    layout: str = ""
 
     def __repr__(self) -> str:  # hypothesis prints the falsifying example: show the graph itself
         return f"Case(bad={self.bad})\n" + onnx.printer.to_text(self.model.graph)[:4000]
@@ -91,7 +92,7 @@ def cases(draw) -> Case:
     # The stored weight and the axis its blocks run along.
     if layout == "kn" or layout == "gemm":
         shape, axis = (K, N), 0
-    elif layout in ("nk_transpose", "gemm_transB"):
+    elif layout in ("nk_transpose", "gemm_transB", "gather"):
         shape, axis = (N, K), 1
     else:  # reshape3d: [K, N1, N2] -> Reshape [K, N1*N2]
         n2 = draw(st.integers(1, 3))
@@ -124,6 +125,8 @@ def cases(draw) -> Case:
     if layout == "nk_transpose":
         nodes.append(helper.make_node("Transpose", [cur], ["w_t"], perm=[1, 0], name="w_transpose"))
         cur, W = "w_t", W.T
+    if layout == "gather":  # DQ(table [V, D], blocks along D) -> Gather: a quantized embedding
+        return _gather_case(draw, rng, nodes, inits, cur, cur_type, W, w, bad, opset_for(w))
     if cur_type != act_type or extra_cast:
         nodes.append(helper.make_node("Cast", [cur], ["w_c"], to=act_type, name="w_cast"))
         cur, cur_type = "w_c", act_type
@@ -183,7 +186,27 @@ def cases(draw) -> Case:
     graph = helper.make_graph(nodes, "fuzz", inputs, outputs, initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset_for(w))])
     model.ir_version = 11
-    return Case(model, {"a": a}, expected, tol, bad, path_type)
+    return Case(model, {"a": a}, expected, tol, bad, path_type, layout + ("+act_q" if act_q else ""))
+
+
+def _gather_case(draw, rng, nodes, inits, table, table_type, W, w, bad, opset) -> Case:
+    V, D = W.shape
+    lead = draw(st.sampled_from([[3], [2, 2]]))
+    idx = rng.integers(-V, V, size=lead).astype(np.int64)  # negative indices count from the end
+    inits.append(numpy_helper.from_array(idx, "idx"))
+    nodes.append(helper.make_node("Gather", [table, "idx"], ["emb"], name="gather", axis=0))
+    out, out_type = "emb", table_type
+    if table_type == TensorProto.BFLOAT16:  # onnxruntime's Python API cannot return bfloat16
+        nodes.append(helper.make_node("Cast", ["emb"], ["emb_f"], name="emb_cast", to=TensorProto.FLOAT))
+        out, out_type = "emb_f", TensorProto.FLOAT
+    want = W[idx]
+    graph = helper.make_graph(nodes, "fuzz", [], [helper.make_tensor_value_info(out, out_type, [*lead, D])],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 11
+    # Each value is decoded once and rounded once to the table's DQ output type.
+    tol = np.abs(want) * 2 * HALF_ULP[table_type] + 2 * HALF_SUBNORMAL[table_type] + 1e-30
+    return Case(model, {}, {out: want}, {out: tol}, bad, table_type, "gather")
 
 
 def _bytes(model: ir.Model) -> bytes:
@@ -193,6 +216,7 @@ def _bytes(model: ir.Model) -> bytes:
 @FUZZ_SETTINGS
 @given(cases())
 def test_fuzz_optimize(case: Case):
+    event(f"layout {case.layout}")
     try:
         fused, report = onnxfuse.optimize(case.model)
     except OnnxfuseError as e:

@@ -175,3 +175,37 @@ def test_accepts_proto_ir_model_and_graphsurgeon_like_sources():
     assert isinstance(m, ir.Model)
     assert load_model(m) is m
     _raises(codes.USAGE, load_model, 42)
+
+
+def test_check_output_path_refuses_the_other_outputs_of_the_run(tmp_path):
+    from onnxfuse.model_io import check_output_path
+
+    src = tmp_path / "in.onnx"
+    onnx.save(_model(_fp4_and_e8m0_tensors()), src)
+    out = tmp_path / "out.onnx"
+    _raises(codes.OUTPUT_PATH_INVALID, check_output_path, str(out), str(src), avoid=[str(out), str(out) + ".data"])
+    _raises(codes.OUTPUT_PATH_INVALID, check_output_path, str(src), str(src), avoid=[str(out)])
+    check_output_path(str(tmp_path / "report.json"), str(src), avoid=[str(out), str(out) + ".data"])
+
+
+def test_save_keeps_ordinary_permissions_and_no_staging(tmp_path):
+    import stat
+
+    src = tmp_path / "in.onnx"
+    onnx.save(_model(_fp4_and_e8m0_tensors()), src)
+    old = os.umask(0o022)
+    try:
+        save_model(load_model(str(src)), str(tmp_path / "out.onnx"), external_data=True)
+    finally:
+        os.umask(old)
+    for name in ("out.onnx", "out.onnx.data"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx", "out.onnx", "out.onnx.data"]
+
+
+def test_relative_output_path(tmp_path, monkeypatch):
+    src = tmp_path / "in.onnx"
+    onnx.save(_model(_fp4_and_e8m0_tensors()), src)
+    monkeypatch.chdir(tmp_path)
+    save_model(load_model("in.onnx"), "out.onnx", external_data=True)
+    assert onnx.load("out.onnx").graph.initializer[3].raw_data == onnx.load("in.onnx").graph.initializer[3].raw_data

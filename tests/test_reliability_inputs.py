@@ -148,14 +148,41 @@ def _dq_unchanged(original: onnx.ModelProto, written: onnx.ModelProto, node_name
     return None
 
 
-@pytest.mark.parametrize("bad", bad_inputs.CASES, ids=lambda c: c.name)
+# Failures in other owners' modules, routed through the lead (docs/reliability.md, "Known").
+# strict: once fixed, the XPASS fails and the entry must go.
+_JSON_ON_LOAD_ERROR = "cli/check.py: `check --json` prints nothing on stdout when loading fails (passes helper)"
+_REPORT_PATH = ("cli/optimize.py: --report is not checked before the run: missing folder -> internal error after "
+                "the model was written; equal to the input or the output -> that file is replaced by the JSON "
+                "(passes helper; model_io.check_output_path(report, input, avoid=[output, output + '.data']))")
+KNOWN_BUGS = {
+    "truncated_model": _JSON_ON_LOAD_ERROR,
+    "external_data_dotdot": _JSON_ON_LOAD_ERROR,
+    "graph_cycle": _JSON_ON_LOAD_ERROR,
+    "report_in_missing_folder": _REPORT_PATH,
+    "report_equals_input": _REPORT_PATH,
+    "report_equals_output": _REPORT_PATH,
+    "block_size_zero_with_block_scale": "passes: block_size 0 with a 2-D (blocked) scale is reported as a per-axis "
+                                        "DQ left alone (OFX301 info), not an error (OFX202) (passes helper)",
+    "output_dtype_invalid": "passes: a DQ with output_dtype=INT64 is fused into a float op instead of refused "
+                            "with OFX211 (passes helper)",
+    "zero_sized_weight": "passes: a [0, N] weight crashes optimize/check with ValueError 'cannot reshape array of "
+                         "size 0' (internal error) (passes helper)",
+}
+
+
+def _params(cases):
+    return [pytest.param(c, id=c.name, marks=[pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[c.name])]
+                         if c.name in KNOWN_BUGS else []) for c in cases]
+
+
+@pytest.mark.parametrize("bad", _params(bad_inputs.CASES))
 def test_bad_input(outcomes, bad):
     _judge(outcomes[bad.name])
 
 
-@pytest.mark.parametrize("name", ENTRY_CASES)
-def test_bad_input_through_python_dash_m(entry_outcomes, name):
-    _judge(entry_outcomes[name])
+@pytest.mark.parametrize("bad", _params([bad_inputs.by_name(n) for n in ENTRY_CASES]))
+def test_bad_input_through_python_dash_m(entry_outcomes, bad):
+    _judge(entry_outcomes[bad.name])
 
 
 def _judge(o: Outcome) -> None:
@@ -225,6 +252,7 @@ def test_corpus_is_big_enough():
     assert sum(c.bomb for c in bad_inputs.CASES) >= 6
 
 
+@pytest.mark.xfail(strict=True, reason="cli/__init__.py: BrokenPipeError is reported as OFX099 internal-error (lead)")
 def test_a_closed_stdout_is_not_an_internal_error(tmp_path):
     """`onnxfuse check --json m.onnx | head -c 1`: the reader goes away; no internal error, no traceback."""
     import subprocess

@@ -69,6 +69,11 @@ def run(args) -> int:
     if session.plan is not None:
         result["plan"] = session.plan.summary()
         result["segments"] = segment_breakdown(session, feeds, iters=min(args.iters, 20))
+        if getattr(session._backend, "cuda", False):
+            from onnxfuse.runtime.bench import gpu_breakdown
+
+            gpu = gpu_breakdown(session, feeds, iters=min(args.iters, 10))
+            result["gpu"] = {k: v for k, v in gpu.items() if k != "segments"}
     if original is not None and not args.no_original:
         orig_t = time_ort_original(original, feeds, warmup=args.warmup, iters=args.iters)
         if isinstance(orig_t, str):
@@ -93,6 +98,10 @@ def run(args) -> int:
         print(f"onnxruntime on the original: not run ({result['original']['unavailable']})")
     if "speedup" in result:
         print(f"speedup over onnxruntime: {result['speedup']:.2f}x")
+    if result.get("gpu"):
+        g = result["gpu"]
+        print(f"GPU time per run {g['gpu_sum_ms']:.4f} ms (kernels {g['kernel_gpu_ms']:.4f}, ORT {g['ort_gpu_ms']:.4f}); "
+              f"p50 / GPU time {fused_t.p50_ms / max(g['gpu_sum_ms'], 1e-9):.2f}; host enqueue {g['host_enqueue_ms']:.4f} ms")
     if result.get("segments"):
         print(f"per segment ({result['plan']}; medians, bracketed by events):")
         for r in result["segments"]:

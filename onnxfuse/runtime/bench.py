@@ -98,7 +98,7 @@ def segment_breakdown(session, feeds: dict, *, iters: int) -> list[dict]:
         marks: list = []
         backend.run_torch(names, dev_feeds, timings=marks)
         _sync(session)
-        for i, (label, start, end) in enumerate(marks):
+        for i, (label, start, end, _host) in enumerate(marks):
             labels[i] = label
             dt = start.elapsed_time(end) if backend.cuda else (end - start) * 1e3
             per.setdefault(i, []).append(dt)
@@ -107,6 +107,69 @@ def segment_breakdown(session, feeds: dict, *, iters: int) -> list[dict]:
     for r in rows:
         r["share"] = r["median_ms"] / total
     return rows
+
+
+def _sleep_cycles_per_ms(torch) -> float:
+    """How many `torch.cuda._sleep` cycles the GPU spins per millisecond (measured)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles = 10_000_000
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    torch.cuda.synchronize()
+    return cycles / max(start.elapsed_time(end), 1e-3)
+
+
+def gpu_breakdown(session, feeds: dict, *, iters: int) -> dict:
+    """GPU time of every segment with the host always ahead of the GPU (triton backend, CUDA).
+
+    Each measured run is queued behind a `torch.cuda._sleep` long enough for the host to enqueue
+    the whole run, so the CUDA events around each segment bracket its GPU work only, not the
+    host's launch gaps. Returns per segment the median GPU ms and host ms (the time the host
+    took to enqueue it), and per run the sum of segment GPU times, the GPU span (first start to
+    last end) and the gaps between segments (about 0 when the GPU never waited for the host;
+    more if some segment synchronizes the host inside onnxruntime).
+    """
+    backend = session._backend
+    torch = backend.torch
+    dev_feeds = {k: backend._to_device(v) for k, v in feeds.items()}
+    names = [o.name for o in session.get_outputs()]
+    for _ in range(2):
+        backend.run_torch(names, dev_feeds, timings=[])
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    backend.run_torch(names, dev_feeds, timings=[])
+    host_ms = (time.perf_counter() - t0) * 1e3
+    torch.cuda.synchronize()
+    cycles = int(_sleep_cycles_per_ms(torch) * max(5.0, 3 * host_ms))
+    gpu: dict[int, list[float]] = {}
+    host: dict[int, list[float]] = {}
+    labels: dict[int, str] = {}
+    sums, spans, gaps = [], [], []
+    for _ in range(max(iters, 1)):
+        marks: list = []
+        torch.cuda._sleep(cycles)  # the session's stream waits for the caller's stream
+        backend.run_torch(names, dev_feeds, timings=marks)
+        torch.cuda.synchronize()
+        times = [start.elapsed_time(end) for _, start, end, _ in marks]
+        for i, (label, _, _, h) in enumerate(marks):
+            labels[i] = label
+            gpu.setdefault(i, []).append(times[i])
+            host.setdefault(i, []).append(h * 1e3)
+        sums.append(sum(times))
+        spans.append(marks[0][1].elapsed_time(marks[-1][2]) if marks else 0.0)
+        gaps.append(sum(marks[i][2].elapsed_time(marks[i + 1][1]) for i in range(len(marks) - 1)))
+    rows = [{"segment": labels[i], "gpu_ms": statistics.median(gpu[i]), "host_ms": statistics.median(host[i])}
+            for i in sorted(gpu)]
+    return {
+        "segments": rows,
+        "gpu_sum_ms": statistics.median(sums),
+        "gpu_span_ms": statistics.median(spans),
+        "gaps_ms": statistics.median(gaps),
+        "kernel_gpu_ms": sum(r["gpu_ms"] for r in rows if r["segment"].startswith("kernel")),
+        "ort_gpu_ms": sum(r["gpu_ms"] for r in rows if not r["segment"].startswith("kernel")),
+        "host_enqueue_ms": sum(r["host_ms"] for r in rows),
+    }
 
 
 def time_ort_original(source, feeds: dict, *, warmup: int, iters: int) -> Timing | str:

@@ -48,12 +48,10 @@ def kernel_reason(node: onnx.NodeProto, kernels) -> str | None:
         return f"onnxfuse.kernels.supported() refused the node's attributes: {e}"
 
 
-def call_kernel(node: onnx.NodeProto, values: dict, kernels, *, out=None):
-    """Run one fused node. `values` maps input names to torch tensors."""
+def kernel_keywords(node: onnx.NodeProto) -> dict:
+    """The kernel function's keyword arguments for a node's attributes (docs/kernels.md)."""
     from onnxfuse.runtime.torch_dtypes import torch_dtype_of_onnx
 
-    names = list(node.input) + [""] * (len(_INPUTS[node.op_type]) - len(node.input))
-    args = [values[n] if n else None for n in names]
     attrs = node_attributes(node)
     kw = {k: attrs[k] for k in _ATTRS[node.op_type] if k in attrs}
     if "output_dtype" in kw:
@@ -62,10 +60,48 @@ def call_kernel(node: onnx.NodeProto, values: dict, kernels, *, out=None):
         kw["shape"] = tuple(kw["shape"])
     if "saturate" in kw:
         kw["saturate"] = bool(kw["saturate"])
-    fn = kernel_function(kernels, _FUNCTIONS[node.op_type])
-    if out is not None:
-        kw["out"] = out
-    return fn(*args, **kw)
+    return kw
+
+
+class PreparedKernel:
+    """One fused node's kernel call with everything static resolved at session creation: the
+    function, its keyword arguments, and the constant inputs as device tensors (a global scale
+    already the 1-element float32 tensor the kernels load). A run only fills in the inputs that
+    earlier segments computed."""
+
+    def __init__(self, node: onnx.NodeProto, constants: dict, kernels):
+        self.node = node
+        self.op_type = node.op_type
+        self.output = node.output[0]
+        self.fn = kernel_function(kernels, _FUNCTIONS[node.op_type])
+        self.kw = kernel_keywords(node)
+        names = list(node.input) + [""] * (len(_INPUTS[node.op_type]) - len(node.input))
+        self.args = [None] * len(names)
+        self.dynamic: list[tuple[int, str]] = []  # (argument position, value name) filled per run
+        for i, (n, role) in enumerate(zip(names, _INPUTS[node.op_type])):
+            if not n:
+                continue
+            if n in constants:
+                t = constants[n]
+                if role == "global_scale":
+                    t = t.reshape(1).float()
+                self.args[i] = t
+            else:
+                self.dynamic.append((i, n))
+        self.accepts_out = accepts_out(node)
+
+    def __call__(self, env: dict, out=None):
+        args = self.args.copy()
+        for i, n in self.dynamic:
+            args[i] = env[n]
+        if out is not None:
+            return self.fn(*args, out=out, **self.kw)
+        return self.fn(*args, **self.kw)
+
+
+def call_kernel(node: onnx.NodeProto, values: dict, kernels, *, out=None):
+    """Run one fused node once (unprepared). `values` maps input names to torch tensors."""
+    return PreparedKernel(node, {}, kernels)(values, out=out)
 
 
 def kernel_function(kernels, name: str):

@@ -7,7 +7,8 @@ A node goes to a kernel when it is in the onnxfuse domain and `kernel_reason(nod
 every other node (standard ops, and fused ops without a kernel, which then run through their
 function body) joins an ORT segment. Nodes are scheduled with Kahn's algorithm preferring the
 kind of the segment being built, so independent standard ops gather into one ORT call instead
-of splitting it at every fused node.
+of splitting it at every fused node, and ready kernels (q/k/v projections reading one input)
+run back to back before the standard ops that consume them.
 """
 
 from __future__ import annotations
@@ -168,9 +169,6 @@ def _schedule(nodes: Iterable[onnx.NodeProto], kinds: list[str]) -> list[int]:
             pending[u] -= 1
             if pending[u] == 0:
                 ready[kinds[u]].append(u)
-        # a kernel is a segment of its own: after one, let standard ops gather again
-        if current == "kernel" and ready["ort"]:
-            current = "ort"
     if len(order) != len(nodes):
         raise ValueError("the graph has a cycle or a node reads a value nothing produces")
     return order

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
 import onnx
 
 
+@functools.cache
 def _table():
     import torch
 

@@ -61,7 +61,7 @@ class TritonBackend:
         self.cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.cuda else torch.device("cpu")
         self.stream = torch.cuda.Stream(device=self.device) if self.cuda else None
-        model = source.proto
+        model = source.inline_external_data()
         self.plan: Plan = make_plan(model, lambda n: kernel_calls.kernel_reason(n, self.kernels))
         self.diagnostics = [
             Diagnostic.warning(
@@ -77,11 +77,15 @@ class TritonBackend:
         self._constants = self._load_constants(model)
         self._ort_provider_names: list[str] = []
         self._segments = self._make_ort_runners(model, providers, sess_options)
+        for gi, seg in enumerate(self.plan.segments):
+            if seg.kind == "kernel":
+                self._segments[gi] = _KernelStep(kernel_calls.PreparedKernel(seg.nodes[0], self._constants, self.kernels),
+                                                 self)
+        self._drops: dict = {}  # output names -> per segment, the values dropped after it
         self.cuda_graph = bool(cuda_graph) and self.cuda
         if cuda_graph and not self.cuda:
             warnings.warn("cuda_graph=True has no effect without a CUDA GPU", stacklevel=3)
         self._graphs: dict = {}
-        self._out_buffers: dict = {}
         run_options = None
         if self.cuda:
             run_options = import_ort().RunOptions()
@@ -116,7 +120,9 @@ class TritonBackend:
                     file=self.source.name,
                     hint="pip uninstall onnxruntime && pip install onnxruntime-gpu, or use backend=\"ort\"",
                 )
-            options = {"device_id": str(self.device.index), "user_compute_stream": str(self.stream.cuda_stream)}
+            # use_tf32=0: float32 MatMul/Conv keep float32 precision, as the kernels' own float32 paths do
+            options = {"device_id": str(self.device.index), "user_compute_stream": str(self.stream.cuda_stream),
+                       "use_tf32": "0"}
             providers = [("CUDAExecutionProvider", options)]
         else:
             providers = ["CPUExecutionProvider"]
@@ -165,19 +171,22 @@ class TritonBackend:
 
     def _execute(self, inputs: dict, output_names: list[str], timings: list | None) -> list:
         env = dict(inputs)
-        keep = set(output_names)
+        key = tuple(output_names)
+        drops = self._drops.get(key)
+        if drops is None:
+            drops = self._drops[key] = self._drop_lists(set(output_names))
         signature = tuple((k, tuple(v.shape), v.dtype) for k, v in sorted(inputs.items()))
-        for gi, seg in enumerate(self.plan.segments):
-            start = self._mark(timings)
-            if seg.kind == "kernel":
-                env.update(self._run_kernel(gi, seg.nodes[0], env, signature))
+        for step, drop in zip(self._segments, drops):
+            if timings is None:
+                step.run(env, signature)
             else:
-                env.update(self._segments[gi].run(env, signature, keep))
-            if timings is not None:
-                timings.append((seg.label, start, self._mark(timings)))
-            for name in seg.inputs:
-                if self.plan.last_use.get(name) == gi and name not in keep:
-                    env.pop(name, None)
+                t0 = time.perf_counter()
+                start = self._mark(timings)
+                step.run(env, signature)
+                end = self._mark(timings)
+                timings.append((step.label, start, end, time.perf_counter() - t0))
+            for name in drop:
+                env.pop(name, None)
         out = []
         for name in output_names:
             if name in env:
@@ -188,6 +197,11 @@ class TritonBackend:
                 raise OnnxfuseError.of(codes.INTERNAL, f"output '{name}' was not computed", file=self.source.name)
         return out
 
+    def _drop_lists(self, keep: set) -> list[tuple[str, ...]]:
+        """Per segment, the values no later segment reads (and the caller did not ask for)."""
+        return [tuple(n for n in seg.inputs if self.plan.last_use.get(n) == gi and n not in keep)
+                for gi, seg in enumerate(self.plan.segments)]
+
     def _mark(self, timings):
         if timings is None:
             return None
@@ -196,25 +210,6 @@ class TritonBackend:
             ev.record(self.stream)
             return ev
         return time.perf_counter()
-
-    def _run_kernel(self, gi: int, node: onnx.NodeProto, env: dict, signature) -> dict:
-        values = {n: (env[n] if n in env else self._constants[n]) for n in node.input if n}
-        out = None
-        name = node.output[0]
-        if kernel_calls.accepts_out(node) and name not in self.graph_outputs:
-            out = self._out_buffers.get((gi, signature))
-        try:
-            y = kernel_calls.call_kernel(node, values, self.kernels, out=out)
-        except OnnxfuseError:
-            raise
-        except Exception as e:
-            raise OnnxfuseError.of(
-                codes.INTERNAL, f"the {node.op_type} kernel failed: {type(e).__name__}: {e}",
-                node=node.name or name, file=self.source.name,
-            ) from e
-        if out is None and kernel_calls.accepts_out(node) and name not in self.graph_outputs:
-            self._out_buffers[(gi, signature)] = y
-        return {name: y}
 
     def _run_graph(self, inputs: dict, output_names: list[str]) -> list:
         """Capture the whole run once per input signature, then replay it."""
@@ -246,6 +241,77 @@ class TritonBackend:
         return [t.clone() for t in static_out]
 
 
+class _KernelStep:
+    """A fused node's prepared kernel call; DequantMatMul writes into a buffer reused per input
+    signature unless its result is a graph output (handed to the caller)."""
+
+    def __init__(self, call: "kernel_calls.PreparedKernel", backend: TritonBackend):
+        self.call = call
+        self.backend = backend
+        self.label = f"kernel {call.op_type} '{call.node.name or call.output}'"
+        self.reuse_out = call.accepts_out and call.output not in backend.graph_outputs
+        self._out: dict = {}  # input signature -> output buffer
+
+    def run(self, env: dict, signature) -> None:
+        out = self._out.get(signature) if self.reuse_out else None
+        try:
+            y = self.call(env, out)
+        except OnnxfuseError:
+            raise
+        except Exception as e:
+            node = self.call.node
+            raise OnnxfuseError.of(
+                codes.INTERNAL, f"the {node.op_type} kernel failed: {type(e).__name__}: {e}",
+                node=node.name or self.call.output, file=self.backend.source.name,
+            ) from e
+        if self.reuse_out and out is None:
+            self._out[signature] = y
+        env[self.call.output] = y
+
+
+class _DeviceBinding:
+    """A persistent IOBinding of one ORT segment for one input signature: intermediate outputs
+    bound once to buffers owned here, inputs rebound only when their device pointer changes,
+    graph outputs bound to fresh buffers each run (the caller keeps them)."""
+
+    def __init__(self, session, segment, shapes: dict, backend: TritonBackend):
+        torch = backend.torch
+        from onnxfuse.runtime.torch_dtypes import np_dtype_of_torch
+
+        self.binding = session.io_binding()
+        self.dev = backend.device.index
+        self.device = backend.device
+        self.inputs = segment.inputs
+        self.bound: dict = {}  # input name -> (data_ptr, shape, dtype) last bound
+        self.outputs: dict = {}  # output name -> persistent buffer
+        self.fresh: list = []  # (name, shape, torch dtype, numpy dtype) of graph outputs
+        for n in segment.outputs:
+            shape, dtype = shapes[n]
+            if n in backend.graph_outputs:
+                self.fresh.append((n, shape, dtype, np_dtype_of_torch(dtype)))
+                continue
+            buf = torch.empty(shape, dtype=dtype, device=backend.device)
+            self.outputs[n] = buf
+            _bind_output(self.binding, n, buf, self.dev, np_dtype_of_torch(dtype))
+        self.empty = torch.empty
+        self.run = _binding_runner(session, self.binding, backend._run_options)
+
+    def bind(self, env: dict) -> dict:
+        for n in self.inputs:
+            t = env[n]
+            if not t.is_contiguous():
+                t = env[n] = t.contiguous()
+            key = (t.data_ptr(), t.shape, t.dtype)
+            if self.bound.get(n) != key:
+                _bind_input(self.binding, n, t, self.dev)
+                self.bound[n] = key
+        result = dict(self.outputs)
+        for n, shape, dtype, np_dtype in self.fresh:
+            buf = result[n] = self.empty(shape, dtype=dtype, device=self.device)
+            _bind_output(self.binding, n, buf, self.dev, np_dtype)
+        return result
+
+
 class _OrtSegment:
     """One ORT sub-session: host NumPy on the CPU, IOBinding on device buffers on a GPU."""
 
@@ -253,15 +319,16 @@ class _OrtSegment:
         self.session = session
         self.segment = segment
         self.backend = backend
+        self.label = segment.label
         self.output_types = {o.name: o.type for o in session.get_outputs()}
-        self._shapes: dict = {}  # input signature -> output shapes learnt on the first run
-        self._buffers: dict = {}
+        self._bindings: dict = {}  # input signature -> _DeviceBinding (shapes learnt on the first run)
         self._static_outputs = True
 
-    def run(self, env: dict, signature, keep: set) -> dict:
+    def run(self, env: dict, signature) -> None:
         if not self.backend.cuda:
-            return self._run_host(env)
-        return self._run_device(env, signature, keep)
+            env.update(self._run_host(env))
+        else:
+            env.update(self._run_device(env, signature))
 
     def _run_host(self, env: dict) -> dict:
         from onnxfuse.runtime.torch_dtypes import to_numpy, to_torch
@@ -273,10 +340,23 @@ class _OrtSegment:
             raise _segment_error(e, self.backend.source.name, self.segment) from e
         return {n: to_torch(np.asarray(v)) for n, v in zip(self.segment.outputs, outs)}
 
-    def _run_device(self, env: dict, signature, keep: set) -> dict:
-        torch = self.backend.torch
-        from onnxfuse.runtime.torch_dtypes import np_dtype_of_torch
+    def _run_device(self, env: dict, signature) -> dict:
+        bound = self._bindings.get(signature) if self._static_outputs else None
+        if bound is None:
+            return self._run_learning(env, signature)
+        result = bound.bind(env)
+        try:
+            bound.run()
+        except Exception:
+            # Output shapes depend on values, not only on input shapes: stop preallocating.
+            self._static_outputs = False
+            self._bindings.clear()
+            return self._run_learning(env, signature)
+        return result
 
+    def _run_learning(self, env: dict, signature) -> dict:
+        """A run with ORT-allocated outputs; records their shapes for a persistent binding."""
+        torch = self.backend.torch
         dev = self.backend.device.index
         binding = self.session.io_binding()
         for n in self.segment.inputs:
@@ -284,34 +364,28 @@ class _OrtSegment:
             if not t.is_contiguous():
                 t = env[n] = t.contiguous()
             _bind_input(binding, n, t, dev)
-        shapes = self._shapes.get(signature) if self._static_outputs else None
-        fresh = {}
         for n in self.segment.outputs:
-            if shapes is None:
-                binding.bind_output(n, "cuda", dev)
-                continue
-            shape, dtype = shapes[n]
-            buf = None if n in keep else self._buffers.get((signature, n))
-            if buf is None:
-                buf = torch.empty(shape, dtype=dtype, device=self.backend.device)
-                if n not in keep:
-                    self._buffers[(signature, n)] = buf
-            fresh[n] = buf
-            _bind_output(binding, n, buf, dev, np_dtype_of_torch(dtype))
+            binding.bind_output(n, "cuda", dev)
         try:
             self.session.run_with_iobinding(binding, self.backend._run_options)
         except Exception as e:
-            if shapes is not None:
-                # Output shapes depend on values, not only on input shapes: stop preallocating.
-                self._static_outputs = False
-                return self._run_device(env, signature, keep)
             raise _segment_error(e, self.backend.source.name, self.segment) from e
-        if shapes is not None:
-            return fresh
         values = binding.get_outputs()
         result = {n: _torch_from_ortvalue(torch, v) for n, v in zip(self.segment.outputs, values)}
-        self._shapes[signature] = {n: (tuple(t.shape), t.dtype) for n, t in result.items()}
+        if self._static_outputs:
+            shapes = {n: (tuple(t.shape), t.dtype) for n, t in result.items()}
+            self._bindings[signature] = _DeviceBinding(self.session, self.segment, shapes, self.backend)
         return result
+
+
+def _binding_runner(session, binding, run_options):
+    """A no-argument call running the session on the binding. ORT's Python wrapper re-checks the
+    binding (and, in newer versions, graph-capture state) on every call; the C++ call it ends in
+    is taken once here when this onnxruntime exposes it."""
+    c_session, c_binding = getattr(session, "_sess", None), getattr(binding, "_iobinding", None)
+    if c_session is not None and c_binding is not None and hasattr(c_session, "run_with_iobinding"):
+        return lambda: c_session.run_with_iobinding(c_binding, run_options)
+    return lambda: session.run_with_iobinding(binding, run_options)
 
 
 def _bind_input(binding, name, t, dev: int):

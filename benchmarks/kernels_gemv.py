@@ -1,0 +1,123 @@
+"""Quick small-M DequantMatMul check on the GPU: achieved weight bandwidth vs cuBLAS fp16.
+
+    python benchmarks/kernels_gemv.py [--m 1,4,16] [--formats int4-b32,int8-b128,mxfp4,nvfp4]
+
+Random row-layout weights are made on the device (seconds, not the minutes of benchmarks/kernels.py's
+host-side cases); every candidate config is compiled first in a thread pool; each row is checked
+against the decoded weight (float32 matmul) and timed by CUDA-graph replay over enough weight
+copies to defeat the L2. TB/s = (weight + scale bytes) / time; cuBLAS's is its fp16 weight bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from kernels import FORMATS, L2_BYTES, graph_time_us  # noqa: E402  (benchmarks/kernels.py)
+
+HBM_TBS = 4.05  # measured HBM read ceiling on the H200 (benchmarks/RESULTS.md)
+
+
+def random_case(torch, N, K, wf, sf, bs, two):
+    from onnxfuse.kernels import inputs
+
+    e, sc = inputs.formats(wf, sf)
+    kb = math.ceil(K / e.codes_per_byte)
+    G = math.ceil(K / bs)
+    w = torch.randint(0, 256, (N, kb), dtype=torch.uint8, device="cuda")
+    if wf == "float8e4m3fn":
+        w = torch.where((w & 0x7F) == 0x7F, w - 1, w)  # no NaN codes
+    if sf == "float16":
+        s = (torch.rand(N, G, device="cuda") * 0.02 + 0.005).to(torch.float16)
+    elif sf == "float8e8m0":
+        s = torch.randint(118, 123, (N, G), dtype=torch.uint8, device="cuda")
+    else:  # float8e4m3fn block scales of a two-level scheme
+        s = torch.randint(0x30, 0x48, (N, G), dtype=torch.uint8, device="cuda")
+    gs = torch.tensor([0.01], device="cuda") if two else None
+    return e, sc, w, s, gs
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--m", default="1,4,16")
+    p.add_argument("--formats", default="int4-b32,int8-b128,mxfp4,nvfp4")
+    p.add_argument("--shapes", default="8192x28672,28672x8192")
+    args = p.parse_args(argv)
+    import torch
+
+    import importlib
+
+    from onnxfuse.kernels.dequant_rows import decode_rows_device
+
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")  # the module (the package exports a function)
+
+    ms = [int(v) for v in args.m.split(",")]
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    cases = {}
+    for K, N in shapes:
+        for fname in args.formats.split(","):
+            wf, sf, bs, two, _ = FORMATS[fname]
+            cases[(K, N, fname)] = random_case(torch, N, K, wf, sf, bs, two)
+    tasks = []
+    for (K, N, fname), (e, sc, w, s, gs) in cases.items():
+        bs = FORMATS[fname][2]
+        for M in ms:
+            a = torch.randn(M, K, dtype=torch.float16, device="cuda")
+            gemv = M <= D.GEMV_MAX_M
+            for cfg in (D.gemv_candidates if gemv else D.gemm_candidates)(M, N, w.shape[1], e, a.device):
+                out = torch.empty(M, N, dtype=torch.float16, device="cuda")
+                tasks.append((a, w, s, gs, out, cfg, gemv and not D._not_gemv(cfg), K, N, bs, e, sc))
+
+    def compile_one(t):
+        a, w, s, gs, out, cfg, gemv, K, N, bs, e, sc = t
+        try:
+            D._launch(a, w, s, None, gs, None, out, K=K, N=N, block_size=bs, element=e, scale_code=sc, cfg=cfg,
+                      gemv=gemv)
+        except Exception as ex:  # noqa: BLE001 - the autotuner skips configs that fail
+            print(f"# compile failed: {e.name} {cfg}: {str(ex).splitlines()[0][:200]}", flush=True)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(compile_one, tasks))
+    torch.cuda.synchronize()
+    print(f"# compiled {len(tasks)} variants in {time.perf_counter() - t0:.0f} s", flush=True)
+    print("| K x N | M | format | onnxfuse us | TB/s | % of 4.05 | cuBLAS fp16 us | cuBLAS TB/s | rel err | config |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for (K, N, fname), (e, sc, w, s, gs) in cases.items():
+        bs = FORMATS[fname][2]
+        wbytes = w.numel() + s.numel() * s.element_size()
+        copies = max(1, math.ceil(4 * L2_BYTES / wbytes))
+        ws = [w] + [w.clone() for _ in range(copies - 1)]
+        ss = [s] + [s.clone() for _ in range(copies - 1)]
+        wdec = decode_rows_device(w, s, None, gs, K=K, block_size=bs, element=e, scale_code=sc,
+                                  out_dtype=torch.float32)
+        w16 = wdec.to(torch.float16)
+        w16s = [w16] + [w16.clone() for _ in range(max(1, math.ceil(4 * L2_BYTES / w16.nbytes)) - 1)]
+        kw = dict(K=K, N=N, block_size=bs, weight_format=FORMATS[fname][0], scale_format=FORMATS[fname][1])
+        for M in ms:
+            a = torch.randn(M, K, dtype=torch.float16, device="cuda")
+            outs = [torch.empty(M, N, dtype=torch.float16, device="cuda") for _ in range(copies)]
+            y = D.dequant_matmul(a, w, s, None, gs, None, out=outs[0], **kw)
+            want = a.float() @ wdec.t()
+            rel = ((y.float() - want).norm() / want.norm()).item()
+            cfg = D._pick_config(a, w, s, None, gs, None, outs[0], gemv=M <= D.GEMV_MAX_M, K=K, N=N, block_size=bs,
+                                 element=e, scale_code=sc)
+            ta = graph_time_us(torch, [(lambda i=i: D.dequant_matmul(a, ws[i], ss[i], None, gs, None, out=outs[i],
+                                                                     **kw)) for i in range(copies)])
+            tc = graph_time_us(torch, [(lambda w_=w_: torch.matmul(a, w_.t())) for w_ in w16s])
+            tbs = wbytes / ta / 1e6
+            print(f"| {K}x{N} | {M} | {fname} | {ta:.1f} | {tbs:.2f} | {100 * tbs / HBM_TBS:.0f} | {tc:.1f} | "
+                  f"{w16.nbytes / tc / 1e6:.2f} | {rel:.1e} | {cfg} |", flush=True)
+        del ws, ss, wdec, w16, w16s
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
