@@ -19,6 +19,8 @@ from onnxfuse.passes import match
 TRT_DOMAIN = "trt"
 # ModelOpt's MXFP8 DQ: E8M0 scales stored as uint8 codes, otherwise a blocked DequantizeLinear.
 TRT_MXFP8_DQ = "TRT_MXFP8DequantizeLinear"
+_FLOAT_OUTPUTS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+_KNOWN_TYPES = {int(t) for t in ir.DataType}
 
 
 def is_dq(node: ir.Node) -> bool:
@@ -141,6 +143,27 @@ def parse_dq(node: ir.Node) -> QDQ | Diagnostic:
                 )
         axis = axis % rank
     two_level = _two_level_of(scale) if not is_trt else None
+    scale_rank = match.rank_of(scale if two_level is None else two_level.codes)
+    if block_size == 0 and (scale_rank or 0) > 1:
+        return Diagnostic.error(
+            codes.SCALE_SHAPE_MISMATCH,
+            f"the scale has rank {scale_rank}, which only blocked quantization allows, but block_size is 0",
+            node=label, tensor=scale.name,
+            hint="set block_size to the number of elements each scale covers along axis",
+        )
+    requested = node.attributes.get_int("output_dtype", 0)
+    if requested and requested not in _FLOAT_OUTPUTS:
+        return Diagnostic.error(
+            codes.ATTRIBUTE_INVALID,
+            f"output_dtype is {ir.DataType(requested).name if requested in _KNOWN_TYPES else requested}; "
+            "a DequantizeLinear produces float, float16 or bfloat16",
+            node=label,
+        )
+    if data_shape is not None and 0 in data_shape:
+        return Diagnostic.info(
+            codes.NOT_FUSED, f"the data has a zero-sized dimension {list(data_shape)}: nothing to fuse", node=label,
+            tensor=data.name,
+        )
     data_dtype = match.elem_type(data)
     element = element_of(data_dtype)
     if two_level is not None:

@@ -6,10 +6,10 @@ import collections
 import dataclasses
 import json
 import os
-import tempfile
 
 import onnx_ir as ir
 
+from onnxfuse import atomic_write
 from onnxfuse.diagnostics import Diagnostic, has_errors
 from onnxfuse.passes.context import Fused
 
@@ -78,16 +78,7 @@ class Report:
 
     def save(self, path: str) -> None:
         """Write the report as JSON, atomically."""
-        path = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".report.", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.to_json(), f, indent=2)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        atomic_write.write_text(os.fspath(path), json.dumps(self.to_json(), indent=2))
 
     def to_text(self, *, explain: bool = False) -> str:
         lines = []

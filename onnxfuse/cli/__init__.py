@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 
@@ -45,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("onnxfuse: interrupted; no output was written", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`onnxfuse check m.onnx | head`): not an error of onnxfuse's.
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except Exception as e:  # a bug in onnxfuse: say so in one sentence, not a traceback
         if args.debug:
             traceback.print_exc()

@@ -20,10 +20,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from onnxfuse.diagnostics import Severity, diagnostics_to_json, has_errors
+    from onnxfuse.diagnostics import OnnxfuseError, Severity, diagnostics_to_json, has_errors
     from onnxfuse.optimize_api import check
 
-    diagnostics = check(args.input)
+    try:
+        diagnostics = check(args.input)
+    except OnnxfuseError as e:
+        if not args.json:
+            raise
+        # A model that cannot even be loaded is still answered in the promised format.
+        diagnostics = [d.with_file(args.input) for d in e.diagnostics]
     if args.json:
         print(diagnostics_to_json(diagnostics))
     else:

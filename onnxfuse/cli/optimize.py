@@ -28,9 +28,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from onnxfuse.diagnostics import OnnxfuseError
+    from onnxfuse.model_io import check_output_path
     from onnxfuse.optimize_api import optimize
 
     external = {"auto": None, "yes": True, "no": False}[args.external_data]
+    if args.report:  # refused before any work, so a bad report path never costs the model
+        check_output_path(args.report, args.input, avoid=(args.output, args.output + ".data"))
     try:
         _, report = optimize(args.input, args.output, strict=args.strict, external_data=external, progress=True)
     except OnnxfuseError as e:
