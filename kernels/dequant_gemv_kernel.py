@@ -9,7 +9,8 @@ Decoding costs one or two integer ops per code, with no shift down of the code's
 - integers: a signed code's sign bit is flipped once per byte (XOR), then the field, left where it
   sits in the byte (bits SUB*BITS..), is OR-ed into the mantissa of 2^23 and 2^23 + offset is
   subtracted (exact): the result is the code's value times 2^(SUB*BITS);
-- fp4 e2m1: its magnitude and sign are moved into an fp16 pattern (value * 2^-14);
+- fp4 e2m1: both codes of a byte are moved into the two fp16 halves of one int32 by two
+  multiplies and two logic ops (value * 2^-14);
 - fp8 e4m3 by the hardware conversion on the GPU (the interpreter's fp8 type has no NaN, so there
   the bit-trick decoder of kernels/decode.py runs); e5m2 is the top byte of an fp16.
 The power of two each sub-position's decode carries is divided out of the activation instead
@@ -17,6 +18,10 @@ The power of two each sub-position's decode carries is divided out of the activa
 accumulate into one elementwise FMA stream (A's even and odd K positions are loaded separately,
 so the weight's nibbles are never interleaved). The per-block sum is then multiplied by the block
 scale once (a zero point subtracts z * sum(a) over the block, once per block too).
+
+LOOP_STAGES > 1 runs the K loop as tl.range(..., num_stages=LOOP_STAGES), which Triton pipelines
+(cp.async into shared memory); a plain loop otherwise (kernel-level num_stages pipelines only loads
+that feed tl.dot). The autotuner times both.
 
 Split-K partial results go to a float32 workspace [SPLIT, M, N] (no zeroing, no atomics) and
 splitk_sum_kernel adds them in a fixed order, the bias, and casts: results are reproducible.
@@ -32,23 +37,45 @@ torch, triton, tl = triton_env.load()
 
 @triton.jit
 def _codes(wr, wb, SUB: tl.constexpr, WFMT: tl.constexpr, BITS: tl.constexpr, HW_FP8: tl.constexpr):
-    """Sub-position SUB of each byte as float32, times the power of two of `act_rescale`.
+    """Sub-position SUB of each byte as float32, times the power of two that the kernel's
+    ACT_BASE / 2^(SUB * ACT_SHIFT) activation scaling undoes.
 
     wr: the raw uint8 tile; wb: it as int32 with signed integers' sign bits flipped (FLIP)."""
     if WFMT <= 5:  # integers: (code ^ half) in place in 2^23's mantissa, minus 2^23 + half
-        FIELD: tl.constexpr = ((1 << BITS) - 1) << (SUB * BITS)
-        OFF: tl.constexpr = ((1 << (BITS - 1)) << (SUB * BITS)) * (1 - WFMT % 2)  # even ids are signed
-        v = ((wb & FIELD) | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + OFF)
-    elif WFMT == 8:  # float4e2m1: magnitude -> fp16 bits 9..11, sign -> bit 15 (value * 2^-14)
-        MAG: tl.constexpr = 7 << (4 * SUB)
-        SGN: tl.constexpr = 8 << (4 * SUB)
-        h = ((wb & MAG) << (9 - 4 * SUB)) | ((wb & SGN) << (12 - 4 * SUB))
-        v = h.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+        v = _int_field(wb, SUB, WFMT, BITS)
+    elif WFMT == 8:  # float4e2m1: wb holds both nibbles' fp16 patterns (_fp4_pairs); pick the half
+        if SUB == 0:
+            h = wb.to(tl.int16)
+        else:
+            h = (wb >> 16).to(tl.int16)
+        v = h.to(tl.float16, bitcast=True).to(tl.float32)
     elif WFMT == 6 and HW_FP8:
         v = wr.to(tl.float8e4nv, bitcast=True).to(tl.float32)
     else:  # e4m3 in the interpreter, e5m2, fp6: one code per byte
         v = decode_element(wb, WFMT)
     return v
+
+
+@triton.jit
+def _int_field(src, POS: tl.constexpr, WFMT: tl.constexpr, BITS: tl.constexpr):
+    """The integer field at bits POS*BITS.. of src (sign bit already flipped), times 2^(POS*BITS):
+    OR-ed in place into 2^23's mantissa, minus 2^23 + half (exact while the field ends below bit 23)."""
+    FIELD: tl.constexpr = ((1 << BITS) - 1) << (POS * BITS)
+    OFF: tl.constexpr = ((1 << (BITS - 1)) << (POS * BITS)) * (1 - WFMT % 2)  # even ids are signed
+    return ((src & FIELD) | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + OFF)
+
+
+@triton.jit
+def _fp4_pairs(wb):
+    """Bytes of two e2m1 codes -> int32 whose halves are their fp16 patterns (value * 2^-14):
+    magnitude to bits 9..11 and sign to bit 15 of each half, four integer ops per byte.
+
+    wb * 0x200200 puts copies of the byte at bits 9 and 21 (no carries: they do not overlap), so
+    the low nibble's magnitude lands at 9..11 and the high one's at 25..27; wb * 0x1001000 puts
+    copies at 12 and 24, so the sign bits 3 and 7 land at 15 and 31."""
+    mags = (wb * 0x200200) & 0x0E000E00
+    signs = (wb * 0x1001000) & -0x7FFF8000  # 0x80008000 as an int32
+    return mags | signs
 
 
 @triton.jit
@@ -73,13 +100,73 @@ def _act_block_sums(a, NG: tl.constexpr, BSB: tl.constexpr):
 
 
 @triton.jit
+def _gemv_step(kb0, acc0, acc1, acc2, acc3, a_ptr, rows, s_rows, z_rows, n_mask, kb_end, M, K, G, stride_am,
+               WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr, BS: tl.constexpr,
+               FLIP: tl.constexpr, HAS_ZP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               NG: tl.constexpr, BSB: tl.constexpr, HW_FP8: tl.constexpr, ACT_BASE: tl.constexpr,
+               ACT_SHIFT: tl.constexpr):
+    """One K step of BLOCK_KB bytes: the accumulators [BLOCK_N, NG] of the BLOCK_M rows, updated."""
+    BLOCK_KB: tl.constexpr = NG * BSB
+    byte = kb0 + tl.arange(0, BLOCK_KB)
+    wr = tl.load(rows + byte[None, :], mask=n_mask[:, None] & (byte < kb_end)[None, :], other=0)
+    wb = wr.to(tl.int32)
+    if FLIP != 0:
+        wb = wb ^ FLIP
+    if WFMT == 8:
+        wb = _fp4_pairs(wb)
+    grp = (kb0 * CPB) // BS + tl.arange(0, NG)
+    smask = n_mask[:, None] & (grp < G)[None, :]
+    s = decode_scale(tl.load(s_rows + grp[None, :], mask=smask, other=0), SFMT)
+    t0 = tl.zeros((BLOCK_N, BLOCK_KB), tl.float32)
+    t1 = tl.zeros((BLOCK_N, BLOCK_KB), tl.float32)
+    t2 = tl.zeros((BLOCK_N, BLOCK_KB), tl.float32)
+    t3 = tl.zeros((BLOCK_N, BLOCK_KB), tl.float32)
+    u0 = tl.zeros((NG,), tl.float32)
+    u1 = tl.zeros((NG,), tl.float32)
+    u2 = tl.zeros((NG,), tl.float32)
+    u3 = tl.zeros((NG,), tl.float32)
+    for sub in tl.static_range(CPB):
+        q = _codes(wr, wb, sub, WFMT, BITS, HW_FP8)
+        r = ACT_BASE / (1 << (sub * ACT_SHIFT))  # a constexpr (triton 3.6 refuses re-annotating it)
+        a = _act(a_ptr, 0, M, stride_am, byte, K, CPB, sub, r)
+        t0 += q * a[None, :]
+        if HAS_ZP:
+            u0 += _act_block_sums(a, NG, BSB) * (1.0 / r)
+        if BLOCK_M > 1:
+            a = _act(a_ptr, 1, M, stride_am, byte, K, CPB, sub, r)
+            t1 += q * a[None, :]
+            if HAS_ZP:
+                u1 += _act_block_sums(a, NG, BSB) * (1.0 / r)
+        if BLOCK_M > 2:
+            a = _act(a_ptr, 2, M, stride_am, byte, K, CPB, sub, r)
+            t2 += q * a[None, :]
+            if HAS_ZP:
+                u2 += _act_block_sums(a, NG, BSB) * (1.0 / r)
+            a = _act(a_ptr, 3, M, stride_am, byte, K, CPB, sub, r)
+            t3 += q * a[None, :]
+            if HAS_ZP:
+                u3 += _act_block_sums(a, NG, BSB) * (1.0 / r)
+    if HAS_ZP:
+        z = decode_element(tl.load(z_rows + grp[None, :], mask=smask, other=0).to(tl.int32), WFMT)
+    else:
+        z = s
+    acc0 += _scaled_part(t0, u0, z, s, HAS_ZP, BLOCK_N, NG, BSB)
+    if BLOCK_M > 1:
+        acc1 += _scaled_part(t1, u1, z, s, HAS_ZP, BLOCK_N, NG, BSB)
+    if BLOCK_M > 2:
+        acc2 += _scaled_part(t2, u2, z, s, HAS_ZP, BLOCK_N, NG, BSB)
+        acc3 += _scaled_part(t3, u3, z, s, HAS_ZP, BLOCK_N, NG, BSB)
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
 def dqmm_gemv_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_ptr,
                      M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_zn, stride_om, kb_per_split,
                      WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
                      BS: tl.constexpr, FLIP: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NG: tl.constexpr,
                      BSB: tl.constexpr, USE_WS: tl.constexpr, HW_FP8: tl.constexpr, ACT_BASE: tl.constexpr,
-                     ACT_SHIFT: tl.constexpr):
+                     ACT_SHIFT: tl.constexpr, LOOP_STAGES: tl.constexpr):
     """Y[m, n] for m < M <= BLOCK_M <= 4 (FP32 FMAs; tensor cores would idle at this M).
 
     Sub-position `sub`'s activations are multiplied by ACT_BASE / 2^(sub * ACT_SHIFT), undoing the
@@ -98,54 +185,18 @@ def dqmm_gemv_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_p
     acc1 = tl.zeros((BLOCK_N, NG), tl.float32)
     acc2 = tl.zeros((BLOCK_N, NG), tl.float32)
     acc3 = tl.zeros((BLOCK_N, NG), tl.float32)
-    for kb0 in range(kb_start, kb_end, BLOCK_KB):
-        byte = kb0 + tl.arange(0, BLOCK_KB)
-        wr = tl.load(rows + byte[None, :], mask=n_mask[:, None] & (byte < kb_end)[None, :], other=0)
-        wb = wr.to(tl.int32)
-        if FLIP != 0:
-            wb = wb ^ FLIP
-        grp = (kb0 * CPB) // BS + tl.arange(0, NG)
-        smask = n_mask[:, None] & (grp < G)[None, :]
-        s = decode_scale(tl.load(s_rows + grp[None, :], mask=smask, other=0), SFMT)
-        t0 = tl.zeros((BLOCK_N, BLOCK_KB), tl.float32)
-        t1 = tl.zeros((BLOCK_N, BLOCK_KB), tl.float32)
-        t2 = tl.zeros((BLOCK_N, BLOCK_KB), tl.float32)
-        t3 = tl.zeros((BLOCK_N, BLOCK_KB), tl.float32)
-        u0 = tl.zeros((NG,), tl.float32)
-        u1 = tl.zeros((NG,), tl.float32)
-        u2 = tl.zeros((NG,), tl.float32)
-        u3 = tl.zeros((NG,), tl.float32)
-        for sub in tl.static_range(CPB):
-            q = _codes(wr, wb, sub, WFMT, BITS, HW_FP8)
-            r = ACT_BASE / (1 << (sub * ACT_SHIFT))  # a constexpr (triton 3.6 refuses re-annotating it)
-            a = _act(a_ptr, 0, M, stride_am, byte, K, CPB, sub, r)
-            t0 += q * a[None, :]
-            if HAS_ZP:
-                u0 += _act_block_sums(a, NG, BSB) * (1.0 / r)
-            if BLOCK_M > 1:
-                a = _act(a_ptr, 1, M, stride_am, byte, K, CPB, sub, r)
-                t1 += q * a[None, :]
-                if HAS_ZP:
-                    u1 += _act_block_sums(a, NG, BSB) * (1.0 / r)
-            if BLOCK_M > 2:
-                a = _act(a_ptr, 2, M, stride_am, byte, K, CPB, sub, r)
-                t2 += q * a[None, :]
-                if HAS_ZP:
-                    u2 += _act_block_sums(a, NG, BSB) * (1.0 / r)
-                a = _act(a_ptr, 3, M, stride_am, byte, K, CPB, sub, r)
-                t3 += q * a[None, :]
-                if HAS_ZP:
-                    u3 += _act_block_sums(a, NG, BSB) * (1.0 / r)
-        if HAS_ZP:
-            z = decode_element(tl.load(z_rows + grp[None, :], mask=smask, other=0).to(tl.int32), WFMT)
-        else:
-            z = s
-        acc0 += _scaled_part(t0, u0, z, s, HAS_ZP, BLOCK_N, NG, BSB)
-        if BLOCK_M > 1:
-            acc1 += _scaled_part(t1, u1, z, s, HAS_ZP, BLOCK_N, NG, BSB)
-        if BLOCK_M > 2:
-            acc2 += _scaled_part(t2, u2, z, s, HAS_ZP, BLOCK_N, NG, BSB)
-            acc3 += _scaled_part(t3, u3, z, s, HAS_ZP, BLOCK_N, NG, BSB)
+    # LOOP_STAGES > 1 software-pipelines this loop's loads with tl.range (kernel-level num_stages
+    # only pipelines loads feeding tl.dot; a GEMV's limit is the bytes in flight per SM)
+    if LOOP_STAGES > 1:
+        for kb0 in tl.range(kb_start, kb_end, BLOCK_KB, num_stages=LOOP_STAGES):
+            acc0, acc1, acc2, acc3 = _gemv_step(kb0, acc0, acc1, acc2, acc3, a_ptr, rows, s_rows, z_rows, n_mask, kb_end, M, K, G,
+                                            stride_am, WFMT, SFMT, BITS, CPB, BS, FLIP, HAS_ZP, BLOCK_M, BLOCK_N, NG,
+                                            BSB, HW_FP8, ACT_BASE, ACT_SHIFT)
+    else:
+        for kb0 in range(kb_start, kb_end, BLOCK_KB):
+            acc0, acc1, acc2, acc3 = _gemv_step(kb0, acc0, acc1, acc2, acc3, a_ptr, rows, s_rows, z_rows, n_mask, kb_end, M, K, G,
+                                            stride_am, WFMT, SFMT, BITS, CPB, BS, FLIP, HAS_ZP, BLOCK_M, BLOCK_N, NG,
+                                            BSB, HW_FP8, ACT_BASE, ACT_SHIFT)
     gs = 1.0
     if HAS_GS:
         gs = tl.load(gs_ptr).to(tl.float32)

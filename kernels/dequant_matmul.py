@@ -58,12 +58,16 @@ def gemv_candidates(M, N, Kb, element, device) -> list[dict]:
     if triton_env.interpreting():
         return [dict(BLOCK_N=16, BLOCK_KB=32, SPLIT_K=1, num_warps=4, num_stages=1)]
     out = []
-    # (measured on the H200, 2026-12-02: (32, 256) won nearly every large-layer case; a manual
-    # register prefetch of the next K step and 512-byte steps were slower, so neither is here)
-    for bn, bkb, warps in ((32, 256, 4), (64, 128, 4), (32, 128, 2), (16, 1024, 4)):
+    # Measured on the H200 (2026-12-02): (32, 256) unpipelined won nearly every large-layer case; a
+    # manual register prefetch of the next K step and 512-byte steps were slower, so neither is here.
+    # LOOP_STAGES 3 (tl.range pipelining: cp.async into shared memory, 2 tiles in flight) was
+    # compiled for sm_90 but not yet timed on the GPU; the autotuner times it against the others.
+    tiles = [(32, 256, 4, 1), (64, 128, 4, 1), (32, 128, 2, 1), (16, 1024, 4, 1), (32, 256, 4, 3), (64, 128, 4, 3)]
+    for bn, bkb, warps, loop_stages in tiles:
         bkb = max(16, min(bkb, triton.next_power_of_2(Kb)))
         split = _split_for(triton.cdiv(N, bn), triton.cdiv(Kb, bkb), sms, 8)
-        out.append(dict(BLOCK_N=bn, BLOCK_KB=bkb, SPLIT_K=split, num_warps=warps, num_stages=3))
+        out.append(dict(BLOCK_N=bn, BLOCK_KB=bkb, SPLIT_K=split, num_warps=warps, num_stages=3,
+                        LOOP_STAGES=loop_stages))
     if M > 1:  # FP32 FMAs grow with M: from M = 2 the tl.dot kernel may already be faster
         out += [dict(c, GEMM=True) for c in gemm_candidates(M, N, Kb, element, device)[:2]]
     return out
@@ -131,7 +135,8 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
         act_base, act_shift = _gemv_act_scaling(element)
         dqmm_gemv_kernel[(triton.cdiv(N, nb), split)](*args, BLOCK_M=bm, FLIP=_SIGN_FLIP.get(element.name, 0),
                                                       USE_WS=split > 1, HW_FP8=not triton_env.interpreting(),
-                                                      ACT_BASE=act_base, ACT_SHIFT=act_shift, **common)
+                                                      ACT_BASE=act_base, ACT_SHIFT=act_shift,
+                                                      LOOP_STAGES=cfg.get("LOOP_STAGES", 1), **common)
         if split > 1:
             block = 1024
             splitk_sum_kernel[(triton.cdiv(M * N, block),)](ws, bias if bias is not None else dummy, out2, M, N,
@@ -141,8 +146,8 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
     else:
         bm = cfg["BLOCK_M"]
         grid = (triton.cdiv(M, bm) * triton.cdiv(N, nb), split)
-        dqmm_gemm_kernel[grid](*args, BLOCK_M=bm, GROUP_M=cfg["GROUP_M"], ATOMIC=split > 1, DOT_F32=a2.dtype == torch.float32 or (
-                                   a2.dtype == torch.bfloat16 and triton_env.interpreting()),
+        dot_f32 = a2.dtype == torch.float32 or (a2.dtype == torch.bfloat16 and triton_env.interpreting())
+        dqmm_gemm_kernel[grid](*args, BLOCK_M=bm, GROUP_M=cfg["GROUP_M"], ATOMIC=split > 1, DOT_F32=dot_f32,
                                **common)
     if split > 1:
         block = 1024

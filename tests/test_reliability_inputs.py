@@ -148,26 +148,9 @@ def _dq_unchanged(original: onnx.ModelProto, written: onnx.ModelProto, node_name
     return None
 
 
-# Failures in other owners' modules, routed through the lead (docs/reliability.md, "Known").
-# strict: once fixed, the XPASS fails and the entry must go.
-_JSON_ON_LOAD_ERROR = "cli/check.py: `check --json` prints nothing on stdout when loading fails (passes helper)"
-_REPORT_PATH = ("cli/optimize.py: --report is not checked before the run: missing folder -> internal error after "
-                "the model was written; equal to the input or the output -> that file is replaced by the JSON "
-                "(passes helper; model_io.check_output_path(report, input, avoid=[output, output + '.data']))")
-KNOWN_BUGS = {
-    "truncated_model": _JSON_ON_LOAD_ERROR,
-    "external_data_dotdot": _JSON_ON_LOAD_ERROR,
-    "graph_cycle": _JSON_ON_LOAD_ERROR,
-    "report_in_missing_folder": _REPORT_PATH,
-    "report_equals_input": _REPORT_PATH,
-    "report_equals_output": _REPORT_PATH,
-    "block_size_zero_with_block_scale": "passes: block_size 0 with a 2-D (blocked) scale is reported as a per-axis "
-                                        "DQ left alone (OFX301 info), not an error (OFX202) (passes helper)",
-    "output_dtype_invalid": "passes: a DQ with output_dtype=INT64 is fused into a float op instead of refused "
-                            "with OFX211 (passes helper)",
-    "zero_sized_weight": "passes: a [0, N] weight crashes optimize/check with ValueError 'cannot reshape array of "
-                         "size 0' (internal error) (passes helper)",
-}
+# Failures in other owners' modules, routed through the lead: name -> reason, marked
+# xfail(strict=True) so that a fix shows as XPASS and the entry goes. Empty: all fixed.
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def _params(cases):
@@ -208,9 +191,11 @@ def _judge(o: Outcome) -> None:
                 problems.append(f"{what}: message does not name {missing}\n{r.output[-2000:]}")
             if bad.kind in ("pattern", "warning") and not any(c in r.output for c in bad.codes):
                 problems.append(f"{what}: the diagnostic {bad.codes} is not reported\n{r.output[-2000:]}")
-            shown = pathlib.Path(o.built.input if bad.kind != "output" else o.built.output).name
-            if r.returncode == 1 and shown not in r.output:
-                problems.append(f"{what}: message does not name the file '{shown}'\n{r.output[-2000:]}")
+            # The file at fault: the input, or for a bad output path the output (or report) given.
+            at_fault = [o.built.input] if bad.kind != "output" else [o.built.output, *o.built.options[1:2]]
+            shown = [pathlib.Path(f).name for f in at_fault]
+            if r.returncode == 1 and not any(name in r.output for name in shown):
+                problems.append(f"{what}: message does not name the file {shown}\n{r.output[-2000:]}")
         if label == "check_json" and r.returncode is not None:
             import json
 
@@ -252,7 +237,6 @@ def test_corpus_is_big_enough():
     assert sum(c.bomb for c in bad_inputs.CASES) >= 6
 
 
-@pytest.mark.xfail(strict=True, reason="cli/__init__.py: BrokenPipeError is reported as OFX099 internal-error (lead)")
 def test_a_closed_stdout_is_not_an_internal_error(tmp_path):
     """`onnxfuse check --json m.onnx | head -c 1`: the reader goes away; no internal error, no traceback."""
     import subprocess

@@ -190,15 +190,29 @@ def big_input(tmp_path_factory):
     _, err = p.communicate(timeout=300)
     assert p.returncode == 0, err
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "onnxfuse", "--version"], capture_output=True, check=True)
-    startup = time.monotonic() - start
-    start = time.monotonic()
     p = _optimize(src, folder / "timing.onnx")
+    _wait_until_loading(p)
+    startup = time.monotonic() - start
     p.communicate(timeout=300)
     return src, startup, time.monotonic() - start
 
 
-@pytest.mark.parametrize("fraction", [0.2, 0.5, 0.8, 0.95])
+def _wait_until_loading(p: subprocess.Popen, timeout: float = 120) -> None:
+    """Until the child has memory-mapped the input's external data: past start-up, into the run.
+
+    (A signal during start-up, while Python still imports, is another matter: see
+    docs/reliability.md, "Known".)"""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and p.poll() is None:
+        try:
+            if "in.onnx.data" in pathlib.Path(f"/proc/{p.pid}/maps").read_text():
+                return
+        except OSError:
+            return
+        time.sleep(0.002)
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.3, 0.5, 0.8])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_interrupted_optimize_leaves_no_partial_output(tmp_path, big_input, sig, fraction):
     """Signals spread over the run after start-up (loading, repacking, writing)."""
@@ -206,7 +220,8 @@ def test_interrupted_optimize_leaves_no_partial_output(tmp_path, big_input, sig,
     digest = _digest(src)
     out = tmp_path / "out.onnx"
     p = _optimize(src, out)
-    time.sleep(startup + (seconds - startup) * fraction)
+    _wait_until_loading(p)
+    time.sleep((seconds - startup) * fraction)
     p.send_signal(sig)
     _, err = p.communicate(timeout=120)
     print(f"signal {sig} at {fraction:.0%}: exit {p.returncode}, output {'written' if out.exists() else 'absent'}")
