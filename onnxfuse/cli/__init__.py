@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         return 1
     except KeyboardInterrupt:
-        print("onnxfuse: interrupted; no output was written", file=sys.stderr)
+        print("onnxfuse: interrupted; every output is either untouched or complete", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader went away (`onnxfuse check m.onnx | head`): not an error of onnxfuse's.
@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug in onnxfuse: say so in one sentence, not a traceback
         if args.debug:
             traceback.print_exc()
-        d = Diagnostic.error(codes.INTERNAL, f"{type(e).__name__}: {e}", hint="rerun with --debug and report the traceback")
+        d = Diagnostic.error(codes.INTERNAL, f"{type(e).__name__}: {e}", file=getattr(args, "input", None),
+                             hint="rerun with --debug and report the traceback")
         print(d.to_text(), file=sys.stderr)
         return 1
 
