@@ -123,7 +123,8 @@ def quantize_with_summary(
     input_path = os.fspath(model_or_path) if isinstance(model_or_path, (str, os.PathLike)) else None
     if output_path is not None:  # refuse a bad output path before any work
         check_output_path(os.fspath(output_path), input_path)
-    model = load_model(model_or_path)
+    # An onnx_ir.Model passed in is cloned, as optimize does: the caller's model never changes.
+    model = model_or_path.clone() if isinstance(model_or_path, ir.Model) else load_model(model_or_path)
     uses, _ = find_weight_uses(model.graph, op_types, exclude, layout)
     if not uses:
         raise OnnxfuseError.of(
@@ -209,7 +210,7 @@ def quantize(
                  own type); MX schemes always use float8e8m0, NVFP4 float8e4m3fn under a float32 scalar.
     exclude:     node or initializer names (fnmatch patterns) to leave in float, e.g. the LM head.
 
-    An onnx_ir.Model passed in is modified in place, unless the opset needs a conversion. Weights
+    The model passed in is never modified (an onnx_ir.Model is cloned first). Weights
     stored as external data are read one at a time through their memory map.
     """
     model, _ = quantize_with_summary(

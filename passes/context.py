@@ -34,6 +34,7 @@ class RunContext:
     reasons: dict[str, list[Diagnostic]] = dataclasses.field(default_factory=dict)
     packed: dict = dataclasses.field(default_factory=dict)  # cache key -> PackedWeight
     functions: set = dataclasses.field(default_factory=set)
+    created: list = dataclasses.field(default_factory=list)  # initializers this run added
     _names: set = dataclasses.field(default_factory=set)
 
     @property
@@ -71,7 +72,15 @@ class RunContext:
         value = ir.Value(name=self.name(base), shape=ir.Shape(tensor.shape), type=ir.TensorType(tensor.dtype),
                          const_value=tensor)
         self.graph.register_initializer(value)
+        self.created.append(value)
         return value
+
+    def drop_unused_created(self) -> None:
+        """Remove what this run added but no fusion kept (a rewrite refused after repacking);
+        the model's own initializers are never touched."""
+        for value in self.created:
+            if not value.uses() and not value.is_graph_output() and value.name in self.graph.initializers:
+                self.graph.initializers.pop(value.name)
 
     def add_function(self, op_type: str, **key) -> str:
         """Add the model-local function for this format combination once; return its overload."""

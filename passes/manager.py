@@ -25,25 +25,28 @@ Progress = Callable[[str, int, int], None]
 
 
 def fusion_passes(ctx: RunContext) -> list[ir.passes.PassBase]:
-    # Types first (matchers need activation dtypes), then activations (their DQs have run-time
-    # data), then weights, then what weights leave.
-    return [InferTypesPass(), FuseQDQPass(ctx), FuseWeightsPass(ctx), FuseDequantizePass(ctx)]
+    # Activations first (their DQs have run-time data), then weights, then what weights leave.
+    return [FuseQDQPass(ctx), FuseWeightsPass(ctx), FuseDequantizePass(ctx)]
 
 
 def run_passes(ctx: RunContext, progress: Progress | None = None) -> list[PassRecord]:
     """Run every fusion pass, then clean up if anything changed. In place on ctx.model."""
     records: list[PassRecord] = []
-    passes = fusion_passes(ctx)
+    # Types first: the matchers need activation dtypes. Adding types is not a rewrite, so it
+    # alone never triggers the clean-up (a model with nothing to fuse comes out as it went in).
+    passes = [InferTypesPass(), *fusion_passes(ctx)]
     modified = False
     for i, p in enumerate(passes):
         if progress:
             progress(type(p).__name__, i, len(passes) + 1)
         start = time.perf_counter()
         result = p(ctx.model)
-        if result.modified:  # the next pass must not see the replaced chains as live users
+        rewrote = result.modified and not isinstance(p, InferTypesPass)
+        if rewrote:  # the next pass must not see the replaced chains as live users
             common.RemoveUnusedNodesPass()(ctx.model)
         records.append(PassRecord(type(p).__name__, time.perf_counter() - start, result.modified))
-        modified |= result.modified
+        modified |= rewrote
+    ctx.drop_unused_created()
     if modified:
         if progress:
             progress("CleanupPass", len(passes), len(passes) + 1)

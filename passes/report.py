@@ -77,8 +77,13 @@ class Report:
         }
 
     def save(self, path: str) -> None:
-        """Write the report as JSON, atomically."""
-        atomic_write.write_text(os.fspath(path), json.dumps(self.to_json(), indent=2))
+        """Write the report as JSON, atomically; never over the model it describes or its input."""
+        from onnxfuse.model_io import check_output_path
+
+        path = os.fspath(path)
+        outputs = (self.output, self.output + ".data") if self.output else ()
+        check_output_path(path, self.file, avoid=outputs)
+        atomic_write.write_text(path, json.dumps(self.to_json(), indent=2))
 
     def to_text(self, *, explain: bool = False) -> str:
         lines = []

@@ -6,6 +6,9 @@ import argparse
 import json
 import sys
 
+from onnxfuse import codes
+from onnxfuse.diagnostics import Diagnostic
+
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-3
 
@@ -37,8 +40,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    import numpy as np
-
     from onnxfuse.runtime.compare import format_table
     from onnxfuse.runtime.inputs import parse_per_output, parse_shape_args, random_inputs, load_npz
     from onnxfuse.runtime.feeds import graph_inputs
@@ -54,7 +55,7 @@ def run(args) -> int:
     else:
         feeds = random_inputs(original.proto, shapes=shapes, dims=dims, seed=args.seed)
     if args.save_inputs:
-        np.savez(args.save_inputs, **feeds)
+        save_npz(args.save_inputs, feeds, keep=[p for p in (args.original, args.fused, args.inputs) if p])
     result = verify(original, args.fused, backend=args.backend, inputs=feeds, rtol=rtol, atol=atol,
                     rtol_per=rtol_per, atol_per=atol_per)
     if args.json:
@@ -69,7 +70,23 @@ def run(args) -> int:
         print(f"{'MISMATCH' if bad else 'PASSED'}: {len(result.outputs) - len(bad)}/{len(result.outputs)} output(s) within tolerance")
     if not result.ok:
         if not args.json:
-            print(f"error OFX404 [verify-mismatch]: output(s) {', '.join(c.name for c in result.outputs if not c.ok)} "
-                  "differ beyond the tolerance", file=sys.stderr)
+            bad = ", ".join(c.name for c in result.outputs if not c.ok)
+            print(Diagnostic.error(codes.VERIFY_MISMATCH, f"output(s) {bad} differ beyond the tolerance",
+                                   file=args.fused).to_text(), file=sys.stderr)
         return 1
     return 0
+
+
+def save_npz(path: str, feeds: dict, keep: list[str]) -> None:
+    """The generated inputs as .npz, atomically, never over one of the files this run reads."""
+    import io
+
+    import numpy as np
+
+    from onnxfuse import atomic_write
+    from onnxfuse.model_io import check_output_path
+
+    check_output_path(path, avoid=keep)
+    buffer = io.BytesIO()
+    np.savez(buffer, **feeds)
+    atomic_write.write_bytes(path, buffer.getvalue())

@@ -18,7 +18,8 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
 from onnxfuse import formats
-from onnxfuse.formats import element_format, scale_format
+from onnxfuse.formats import element_format, scale_format, scale_rules
+from onnxfuse.passes.fuse_qdq import QUARK_ELEMENTS, QUARK_ROUNDING
 
 
 def _move_blocks(x: np.ndarray, axis: int, block_size: int):
@@ -73,20 +74,13 @@ def round_to_grid(x: np.ndarray, element, mode: str = "even") -> np.ndarray:
     return np.where(pick_hi, hi_v, lo_v).astype(np.float32)
 
 
-# Largest exponent of each element format (OCP MX v1.0 emax_elem).
-_MX_EMAX = {"float8e4m3fn": 8, "float8e5m2": 15, "float6e2m3": 2, "float6e3m2": 4, "float4e2m1": 2, "int8": 0}
-_QUARK_ELEMENTS = {
-    "fp8_e4m3": "float8e4m3fn", "fp8_e5m2": "float8e5m2", "fp6_e2m3": "float6e2m3", "fp6_e3m2": "float6e3m2",
-    "fp4": "float4e2m1", "fp4_e2m1": "float4e2m1", "int8": "int8",
-}
-_QUARK_ROUNDING = {0: "away", 1: "up", 2: "even"}
 
 
 def mx_shared_exponent(amax: np.ndarray, element_name: str) -> np.ndarray:
     """floor(log2(amax)) - emax_elem, clamped to E8M0's range; amax 0 gives the smallest scale."""
     with np.errstate(divide="ignore"):
         _, exp = np.frexp(amax.astype(np.float64))  # amax = m * 2^exp, m in [0.5, 1)
-    e = exp.astype(np.int64) - 1 - _MX_EMAX[element_name]
+    e = exp.astype(np.int64) - 1 - scale_rules.MX_EMAX[element_name]
     e = np.where(amax > 0, e, -127)
     return np.clip(e, -127, 127)
 
@@ -95,10 +89,11 @@ def mx_fake_quantize(x: np.ndarray, element_name: str, axis: int, block_size: in
     element = element_format(element_name)
     blocks, restore = _move_blocks(np.asarray(x, dtype=np.float32), axis, block_size)
     e = mx_shared_exponent(_block_amax(blocks), element_name)
-    scale = np.ldexp(np.float32(1), e).astype(np.float32)
-    if element_name == "int8":  # MXINT8: int8 codes with an implicit 2^-6, i.e. a 2^(e-6) step
-        scale = np.ldexp(np.float32(1), e - 6).astype(np.float32)
+    mxint8 = element_name == "int8"  # formats.scale_rules.mx: a 2^-6 step, codes within +-127
+    scale = np.ldexp(np.float32(1), e + scale_rules.MXINT8_IMPLICIT_EXP if mxint8 else e).astype(np.float32)
     q = round_to_grid(blocks / scale, element, mode)
+    if mxint8:
+        q = np.clip(q, -127, 127)
     return restore(q * scale).astype(np.asarray(x).dtype)
 
 
@@ -107,7 +102,9 @@ def nvfp4_dynamic_quantize(x: np.ndarray, global_scale, axis: int, block_size: i
     fp4, e4m3 = element_format("float4e2m1"), scale_format("float8e4m3fn")
     g = np.float32(np.asarray(global_scale, dtype=np.float32).reshape(()))
     blocks, restore = _move_blocks(np.asarray(x, dtype=np.float32), axis, block_size)
-    block_scale = e4m3.encode(_block_amax(blocks) / np.float32(6) / g)
+    target = np.maximum(_block_amax(blocks) / np.float32(scale_rules.NVFP4_E2M1_MAX) / g,
+                        np.float32(scale_rules.E4M3_MIN_SUBNORMAL))  # as the fused op: never a zero scale
+    block_scale = e4m3.encode(target.astype(np.float32))
     s = block_scale.astype(np.float32) * g
     with np.errstate(all="ignore"):
         q = np.where(s > 0, blocks / s, 0).astype(np.float32)
@@ -171,11 +168,11 @@ class TRT_MXFP8DynamicQuantize(OpRun):
 class MXQuantizeDequantize(OpRun):
     op_domain = "com.amd.quark"
 
-    def _run(self, x, element_dtype="int8", axis=1, block_size=32, rounding_mode=2):
+    def _run(self, x, element_dtype="int8", axis=1, block_size=32, rounding_mode=0):  # Quark's defaults
         name = element_dtype.decode() if isinstance(element_dtype, bytes) else element_dtype
-        if name not in _QUARK_ELEMENTS:
-            raise ValueError(f"MXQuantizeDequantize: unknown element_dtype '{name}'")
-        return (mx_fake_quantize(x, _QUARK_ELEMENTS[name], axis, block_size, _QUARK_ROUNDING.get(rounding_mode, "even")),)
+        if name not in QUARK_ELEMENTS or rounding_mode not in QUARK_ROUNDING:
+            raise ValueError(f"MXQuantizeDequantize: unknown element_dtype '{name}' or rounding_mode {rounding_mode}")
+        return (mx_fake_quantize(x, QUARK_ELEMENTS[name], axis, block_size, QUARK_ROUNDING[rounding_mode]),)
 
 
 NEW_OPS = [DequantizeLinear, QuantizeLinear, TrtDequantizeLinear, TrtQuantizeLinear, TRT_FP4DynamicQuantize,
