@@ -15,13 +15,10 @@ from onnxfuse.kernels import triton_env
 
 torch, triton, tl = triton_env.load()
 
-_MAGIC_BITS = 0x4B000000  # float32 2^23
-_MAGIC = 8388608.0
-
 
 @triton.jit
 def _int_magic(c, OFFSET: tl.constexpr):
-    """Exact float32 of c - OFFSET for 0 <= c < 2^23."""
+    """Exact float32 of c - OFFSET for 0 <= c < 2^23: c in the mantissa of 2^23 (bits 0x4B000000)."""
     return (c | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + OFFSET)
 
 
@@ -83,7 +80,3 @@ def decode_scale(raw, SFMT: tl.constexpr):
     else:  # 4, float8e4m3fn (the inner scale of a two-level scheme)
         s = decode_element(raw.to(tl.int32) & 0xFF, 6)
     return s
-
-
-def element_mask(bits: int) -> int:
-    return (1 << bits) - 1

@@ -117,7 +117,7 @@ def initializer_bytes(model: ir.Model) -> int:
     return sum(v.const_value.nbytes for g in model.graphs() for v in g.initializers.values() if v.const_value is not None)
 
 
-def _has_external(model: ir.Model) -> bool:
+def has_external_data(model: ir.Model) -> bool:
     return any(isinstance(v.const_value, ir.ExternalTensor) for g in model.graphs() for v in g.initializers.values())
 
 
@@ -184,7 +184,7 @@ def save_model(model: ir.Model, path: str, *, external_data: bool | None = None,
     path = os.fspath(path)
     check_output_path(path, input_path)
     if external_data is None:
-        external_data = _has_external(model) or initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD
+        external_data = has_external_data(model) or initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD
     name = os.path.basename(path)
     data_name = name + ".data" if external_data else None
     if data_name:

@@ -20,12 +20,7 @@ VERSION = 1
 WEIGHT_FORMATS = ("int2", "uint2", "int4", "uint4", "int8", "uint8", "float8e4m3fn", "float8e5m2",
                   "float4e2m1", "float6e2m3", "float6e3m2")
 SCALE_FORMATS = ("float32", "float16", "bfloat16", "float8e8m0", "float8e4m3fn")
-# What each scale_format is stored as (docs/ops.md "Scales"): raw bits for bf16 / e8m0 / e4m3.
-SCALE_STORAGE = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.UINT16,
-                 "float8e8m0": TensorProto.UINT8, "float8e4m3fn": TensorProto.UINT8}
 COMPUTE_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16)
-QDQ_MODES = ("static", "dynamic")
-QDQ_SCALE_RULES = ("mx", "nvfp4", "absmax")
 QDQ_ROUNDING_MODES = ("even", "away", "up", "floor", "ceil")
 
 _T = ("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "Activation / output type; accumulation is float32.")

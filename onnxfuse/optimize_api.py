@@ -59,7 +59,7 @@ def optimize(model_or_path, output_path: str | os.PathLike | None = None, strict
     model, file = _load(model_or_path)
     if output_path is not None:
         model_io.check_output_path(os.fspath(output_path), file)
-    if external_data is None and _uses_external_data(model):
+    if external_data is None and model_io.has_external_data(model):
         external_data = True  # repacked weights are lazy tensors now: keep the output's weights external too
     _, rep = _run(model, file, progress)
     if strict and rep.has_errors:
@@ -68,10 +68,6 @@ def optimize(model_or_path, output_path: str | os.PathLike | None = None, strict
         model_io.save_model(model, os.fspath(output_path), external_data=external_data, input_path=file)
         rep.output = os.fspath(output_path)
     return model, rep
-
-
-def _uses_external_data(model: ir.Model) -> bool:
-    return any(isinstance(v.const_value, ir.ExternalTensor) for v in model.graph.initializers.values())
 
 
 def check(model_or_path) -> list[Diagnostic]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from onnxfuse import codes
+from onnxfuse import codes, ops
 from onnxfuse.diagnostics import OnnxfuseError
 from onnxfuse.formats import ElementFormat, ScaleFormat
 from onnxfuse.formats.scale_rules import (
@@ -47,7 +47,7 @@ E8M0_MIN_EXP, E8M0_MAX_EXP = -127, 127
 INT64_MAX = np.iinfo(np.int64).max
 FLOAT8 = ("float8e4m3fn", "float8e5m2")
 # Nearest with ties to even / away from zero / toward +inf (Quark's 2 / 0 / 1), or directed.
-ROUNDING_MODES = ("even", "away", "up", "floor", "ceil")
+ROUNDING_MODES = ops.QDQ_ROUNDING_MODES
 DYNAMIC_SCALE_FORMATS = {"mx": "float8e8m0", "nvfp4": "float8e4m3fn", "absmax": "float32"}
 STATIC_SCALE_FORMATS = ("float32", "float16", "bfloat16")
 

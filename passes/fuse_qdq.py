@@ -159,6 +159,10 @@ def trt_fp4(ctx: RunContext, tnode: ir.Node) -> rewrite.Edit | str:
         return f"the global scale used to quantize ({g_quant}) differs from the one used to dequantize ({g_dequant})"
     if not np.isfinite(g_quant) or g_quant == 0:
         return f"the NVFP4 global scale is {g_quant}"
+    if any(len(d.inputs) > 2 and d.inputs[2] is not None for d in (dq_s, dq_x)):
+        return "a DequantizeLinear of the chain has a zero point, which the NVFP4 op does not have; refused so it is not dropped"
+    if dq_s.attributes.get_int("block_size", 0) > 0:
+        return "the block-scale DequantizeLinear is itself blocked; its outer scale must be one scalar"
     axis = tnode.attributes.get_int("axis", -1)
     block_size = tnode.attributes.get_int("block_size", 16)
     rank = match.rank_of(tnode.inputs[0])

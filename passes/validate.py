@@ -10,6 +10,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfuse import codes
+from onnxfuse.formats.legality import FIRST_BLOCKED_OPSET
 from onnxfuse.diagnostics import Diagnostic
 from onnxfuse.passes import match
 from onnxfuse.passes.qdq import QDQ, expected_scale_shape, scale_values
@@ -41,7 +42,7 @@ def check_formats(q: QDQ, opset: int) -> list[Diagnostic]:
             f"scale type {getattr(dtype, 'name', dtype)} is not a scale format onnxfuse knows",
             **_where(q, q.scale_codes_value),
         )]
-    if q.block_size > 0 and opset < 21 and not q.scale_is_e8m0_uint8:
+    if q.block_size > 0 and opset < FIRST_BLOCKED_OPSET and not q.scale_is_e8m0_uint8:
         out.append(Diagnostic.error(
             codes.OPSET_TOO_OLD,
             f"block_size needs DequantizeLinear opset >= 21 (the model imports opset {opset})",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 
 import onnx
 
@@ -73,7 +72,7 @@ class PreparedKernel:
         self.node = node
         self.op_type = node.op_type
         self.output = node.output[0]
-        self.fn = kernel_function(kernels, _FUNCTIONS[node.op_type])
+        self.fn = getattr(kernels, _FUNCTIONS[node.op_type])
         self.kw = kernel_keywords(node)
         names = list(node.input) + [""] * (len(_INPUTS[node.op_type]) - len(node.input))
         self.args = [None] * len(names)
@@ -97,20 +96,6 @@ class PreparedKernel:
         if out is not None:
             return self.fn(*args, out=out, **self.kw)
         return self.fn(*args, **self.kw)
-
-
-def call_kernel(node: onnx.NodeProto, values: dict, kernels, *, out=None):
-    """Run one fused node once (unprepared). `values` maps input names to torch tensors."""
-    return PreparedKernel(node, {}, kernels)(values, out=out)
-
-
-def kernel_function(kernels, name: str):
-    fn = getattr(kernels, name)
-    if inspect.ismodule(fn):
-        # onnxfuse.kernels has a submodule named like the function; importing it rebinds the
-        # package attribute to the module (reported to the kernels owner). Take its function.
-        fn = getattr(fn, name)
-    return fn
 
 
 def accepts_out(node: onnx.NodeProto) -> bool:

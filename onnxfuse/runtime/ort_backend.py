@@ -9,11 +9,10 @@ import tempfile
 import numpy as np
 import onnx
 
-from onnxfuse import codes
+from onnxfuse import codes, model_io
 from onnxfuse.diagnostics import OnnxfuseError
 
 # protobuf refuses messages over 2 GiB; above this a model goes to ORT through a file
-_INLINE_LIMIT = 1536 * 1024**2
 
 
 def import_ort():
@@ -40,11 +39,13 @@ def create_ort_session(model: onnx.ModelProto, *, path: str | None, providers=No
     try:
         if path is not None:
             return ort.InferenceSession(path, sess_options=sess_options, providers=providers)
-        if model.ByteSize() < _INLINE_LIMIT:
+        if model.ByteSize() < model_io.EXTERNAL_DATA_THRESHOLD:
             return ort.InferenceSession(model.SerializeToString(), sess_options=sess_options, providers=providers)
         with tempfile.TemporaryDirectory(prefix="onnxfuse-ort-") as tmp:
             file = os.path.join(tmp, "model.onnx")
-            onnx.save(model, file, save_as_external_data=True, location="model.onnx.data")
+            copy = onnx.ModelProto()  # onnx.save with external data rewrites the proto it is given
+            copy.CopyFrom(model)
+            onnx.save(copy, file, save_as_external_data=True, location="model.onnx.data")
             return ort.InferenceSession(file, sess_options=sess_options, providers=providers)
     except OnnxfuseError:
         raise

@@ -37,9 +37,7 @@ class VerifyResult:
 
 def run_original(src, feeds: dict, output_names: list[str]) -> tuple[list, str, str | None]:
     """-> (outputs, which runner, why ORT was not used)."""
-    from onnxfuse.runtime.ort_backend import OrtBackend
-
-    from onnxfuse.runtime.ort_backend import import_ort
+    from onnxfuse.runtime.ort_backend import OrtBackend, import_ort
 
     source = src if isinstance(src, ModelSource) else load_source(src)
     ort = import_ort()
