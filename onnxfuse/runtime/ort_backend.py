@@ -12,8 +12,6 @@ import onnx
 from onnxfuse import codes, model_io
 from onnxfuse.diagnostics import OnnxfuseError
 
-# protobuf refuses messages over 2 GiB; above this a model goes to ORT through a file
-
 
 def import_ort():
     try:
@@ -39,7 +37,7 @@ def create_ort_session(model: onnx.ModelProto, *, path: str | None, providers=No
     try:
         if path is not None:
             return ort.InferenceSession(path, sess_options=sess_options, providers=providers)
-        if model.ByteSize() < model_io.EXTERNAL_DATA_THRESHOLD:
+        if model.ByteSize() < model_io.EXTERNAL_DATA_THRESHOLD:  # protobuf's 2 GiB limit; above: a file
             return ort.InferenceSession(model.SerializeToString(), sess_options=sess_options, providers=providers)
         with tempfile.TemporaryDirectory(prefix="onnxfuse-ort-") as tmp:
             file = os.path.join(tmp, "model.onnx")
