@@ -1,5 +1,7 @@
 """The planner: segments, scheduling, fallbacks and sub-models (no torch needed)."""
 
+import dataclasses
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -65,3 +67,21 @@ def test_submodel_runs_in_onnxruntime_with_inferred_boundary_types():
     sess = ort.InferenceSession(tail.SerializeToString(), providers=["CPUExecutionProvider"])
     v = np.linspace(-2, 2, 3 * 24, dtype=np.float16).reshape(3, 24)
     np.testing.assert_array_equal(sess.run(None, {"y0": v})[0], np.tanh(v))
+
+
+def test_submodel_takes_the_lowest_opset_that_keeps_every_schema():
+    """A segment of plain ops in an opset-28 model (FLOAT6 weights carry opset 28) is stamped with
+    the lowest opset giving its nodes the same schemas, so an onnxruntime that refuses opset 28
+    (1.31) runs it; a node whose schema changed keeps the segment at its version."""
+    _, fused = qdq_matmul_pair("int4", dtype=TensorProto.FLOAT16)
+    for imp in fused.opset_import:
+        if imp.domain == "":
+            imp.version = 28
+    plan = make_plan(fused, _kernel_for_all)
+    tail = submodel(fused, plan.segments[2], value_types(fused))  # one Tanh (schema of opset 13)
+    assert {i.domain: i.version for i in tail.opset_import}[""] == 13
+    onnx.checker.check_model(tail)
+    seg = plan.segments[2]
+    cast = helper.make_node("Cast", ["y0"], ["c"], to=TensorProto.FLOAT)  # Cast changed in opset 25
+    mixed = submodel(fused, dataclasses.replace(seg, nodes=(*seg.nodes, cast)), value_types(fused))
+    assert {i.domain: i.version for i in mixed.opset_import}[""] == onnx.defs.get_schema("Cast", 28).since_version

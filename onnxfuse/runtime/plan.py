@@ -175,7 +175,8 @@ def _schedule(nodes: Iterable[onnx.NodeProto], kinds: list[str]) -> list[int]:
 
 
 def submodel(model: onnx.ModelProto, segment: Segment, value_types: dict[str, onnx.TypeProto]) -> onnx.ModelProto:
-    """A standalone model running one ORT segment (same opsets and model-local functions)."""
+    """A standalone model running one ORT segment (its model-local functions; the model's opsets,
+    the standard one lowered as far as every node keeps its schema: see _lowest_same_opset)."""
     inits = {t.name: t for t in model.graph.initializer}
 
     def info(name: str) -> onnx.ValueInfoProto:
@@ -190,9 +191,34 @@ def submodel(model: onnx.ModelProto, segment: Segment, value_types: dict[str, on
     graph.output.extend(info(n) for n in segment.outputs)
     graph.initializer.extend(inits[n] for n in segment.initializers)
     sub = onnx.ModelProto(ir_version=model.ir_version, producer_name="onnxfuse-runtime", graph=graph)
-    sub.opset_import.extend(model.opset_import)
     sub.functions.extend(_functions_used(model, segment.nodes))
+    lowest = None if sub.functions else _lowest_same_opset(model, segment.nodes)
+    for imp in model.opset_import:
+        version = lowest if lowest is not None and imp.domain in ("", "ai.onnx") else imp.version
+        sub.opset_import.append(onnx.helper.make_opsetid(imp.domain, version))
     return sub
+
+
+def _lowest_same_opset(model: onnx.ModelProto, nodes) -> int | None:
+    """The lowest standard opset at which every node resolves to the schema it has at the model's
+    opset (so the segment means exactly the same), or None to keep the model's. An onnxruntime
+    older than the model's opset still runs such a segment: ORT 1.31 refuses opset 28, which
+    models with FLOAT6 weights carry, even around plain Add and Relu nodes."""
+    current = next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), None)
+    if current is None:
+        return None
+    lowest = 1
+    for n in nodes:
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        if any(a.HasField("g") or len(a.graphs) for a in n.attribute):
+            return None  # subgraph bodies: keep the model's opset rather than walk them
+        try:
+            since = onnx.defs.get_schema(n.op_type, current, "").since_version
+        except onnx.defs.SchemaError:
+            return None
+        lowest = max(lowest, since)
+    return lowest
 
 
 def _functions_used(model: onnx.ModelProto, nodes) -> list[onnx.FunctionProto]:

@@ -222,15 +222,17 @@ class TritonBackend:
             self._execute(inputs, output_names, None)
             static_in = {k: v.clone() for k, v in inputs.items()}
             graph = torch.cuda.CUDAGraph()
+            inner = []  # the error raised inside the capture: leaving it raises a vaguer one
             try:
                 with torch.cuda.graph(graph, stream=self.stream):
-                    static_out = self._execute(static_in, output_names, None)
+                    try:
+                        static_out = self._execute(static_in, output_names, None)
+                    except Exception as e:
+                        inner.append(e)
+                        raise
             except Exception as e:
                 self.cuda_graph = False
-                warnings.warn(
-                    f"CUDA graph capture failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                    "running without a graph", stacklevel=4,
-                )
+                warnings.warn(_capture_failure(inner[0] if inner else e), stacklevel=4)
                 return self._execute(inputs, output_names, None)
             entry = self._graphs[key] = (graph, static_in, static_out)
         graph, static_in, static_out = entry
@@ -239,6 +241,15 @@ class TritonBackend:
         graph.replay()
         # The static outputs are overwritten by the next replay: hand out copies.
         return [t.clone() for t in static_out]
+
+
+def _capture_failure(e: Exception) -> str:
+    text = str(e).splitlines()[0][:400] if str(e) else ""
+    msg = f"CUDA graph capture failed, running without a graph: {type(e).__name__}: {text}"
+    if "captur" in str(e):
+        msg += (" (onnxruntime synchronized with the host inside a segment, typically around nodes it"
+                " placed on the CPU such as shape computations; a graph cannot hold that)")
+    return msg
 
 
 class _KernelStep:
