@@ -52,8 +52,12 @@ def test_zoo_model_on_the_gpu(name):
     """Every CI zoo model, optimized, eager and as a CUDA graph, against the stored reference
     outputs under models/regression.py's tolerances."""
     feeds, want = stored(name)
+    try:
+        model = optimized(name)
+    except ModuleNotFoundError as e:  # e.g. a trimmed onnxruntime-gpu without onnxruntime.quantization
+        pytest.skip(f"building zoo model {name} needs {e.name}")
     for cuda_graph in (False, True):
-        sess = InferenceSession(optimized(name), backend="triton", cuda_graph=cuda_graph)
+        sess = InferenceSession(model, backend="triton", cuda_graph=cuda_graph)
         for _ in range(2):  # the second run replays the captured graph
             reason = mismatch(name, sess.run(None, feeds), want)
             assert reason is None, f"{name} (cuda_graph={cuda_graph}): {reason}"

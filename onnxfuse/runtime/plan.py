@@ -207,7 +207,7 @@ def _lowest_same_opset(model: onnx.ModelProto, nodes) -> int | None:
     current = next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), None)
     if current is None:
         return None
-    lowest = 1
+    lowest = min(current, 11)  # a floor every onnxruntime in use loads (ORT supports opset 7 and up)
     for n in nodes:
         if n.domain not in ("", "ai.onnx"):
             continue
