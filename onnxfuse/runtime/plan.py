@@ -192,31 +192,29 @@ def submodel(model: onnx.ModelProto, segment: Segment, value_types: dict[str, on
     graph.initializer.extend(inits[n] for n in segment.initializers)
     sub = onnx.ModelProto(ir_version=model.ir_version, producer_name="onnxfuse-runtime", graph=graph)
     sub.functions.extend(_functions_used(model, segment.nodes))
-    lowest = None if sub.functions else _lowest_same_opset(model, segment.nodes)
     for imp in model.opset_import:
-        version = lowest if lowest is not None and imp.domain in ("", "ai.onnx") else imp.version
+        version = imp.version
+        if imp.domain in ("", "ai.onnx") and not sub.functions:  # function bodies keep the model's opset
+            version = _lowest_same_opset(imp.version, segment.nodes)
         sub.opset_import.append(onnx.helper.make_opsetid(imp.domain, version))
     return sub
 
 
-def _lowest_same_opset(model: onnx.ModelProto, nodes) -> int | None:
-    """The lowest standard opset at which every node resolves to the schema it has at the model's
-    opset (so the segment means exactly the same), or None to keep the model's. An onnxruntime
-    older than the model's opset still runs such a segment: ORT 1.31 refuses opset 28, which
-    models with FLOAT6 weights carry, even around plain Add and Relu nodes."""
-    current = next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), None)
-    if current is None:
-        return None
+def _lowest_same_opset(current: int, nodes) -> int:
+    """The lowest standard opset at which every node resolves to the schema it has at `current`
+    (so the segment means exactly the same), or `current` where that cannot be told. An
+    onnxruntime older than the model's opset still runs such a segment: ORT 1.31 refuses opset 28,
+    which models with FLOAT6 weights carry, even around plain Add and Relu nodes."""
     lowest = min(current, 11)  # a floor every onnxruntime in use loads (ORT supports opset 7 and up)
     for n in nodes:
         if n.domain not in ("", "ai.onnx"):
             continue
         if any(a.HasField("g") or len(a.graphs) for a in n.attribute):
-            return None  # subgraph bodies: keep the model's opset rather than walk them
+            return current  # subgraph bodies: keep the model's opset rather than walk them
         try:
             since = onnx.defs.get_schema(n.op_type, current, "").since_version
         except onnx.defs.SchemaError:
-            return None
+            return current
         lowest = max(lowest, since)
     return lowest
 

@@ -244,9 +244,10 @@ class TritonBackend:
 
 
 def _capture_failure(e: Exception) -> str:
-    text = str(e).splitlines()[0][:400] if str(e) else ""
-    msg = f"CUDA graph capture failed, running without a graph: {type(e).__name__}: {text}"
-    if "captur" in str(e):
+    text = str(e)
+    first_line = text.partition("\n")[0][:400]
+    msg = f"CUDA graph capture failed, running without a graph: {type(e).__name__}: {first_line}"
+    if "captur" in text:
         msg += (" (onnxruntime synchronized with the host inside a segment, typically around nodes it"
                 " placed on the CPU such as shape computations; a graph cannot hold that)")
     return msg
