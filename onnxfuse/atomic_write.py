@@ -59,11 +59,15 @@ def staging_folder(destination: str) -> Iterator[str]:
     folder = os.path.dirname(os.path.abspath(destination))
     name = os.path.basename(destination)
     remove_stale_staging(folder, name)
-    stage = tempfile.mkdtemp(prefix=f"{_staging_prefix(name)}{os.getpid()}.", dir=folder)
+    stage = None
     try:
+        # Ctrl-C inside mkdtemp, after its mkdir and before `stage` is bound, would leak the folder
+        with _signals_deferred():
+            stage = tempfile.mkdtemp(prefix=f"{_staging_prefix(name)}{os.getpid()}.", dir=folder)
         yield stage
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def _umask() -> int:
@@ -114,15 +118,24 @@ _DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """Hold Ctrl-C and kill's default signal between the renames of one pair (only SIGKILL remains)."""
+    """Hold Ctrl-C and kill's default signal over a step that must not be cut in two (the renames of
+    one pair, the creation of a staging folder); only SIGKILL remains.
+
+    A recording handler, not a blocked signal mask: a signal that arrived just before the step is
+    already pending in Python and would still be raised inside it. What was held is re-raised once
+    the step is done."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+    held: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in _DEFERRED}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def write_bytes(path: str, data: bytes) -> None:
