@@ -43,6 +43,16 @@ def random_case(torch, N, K, wf, sf, bs, two):
     return e, sc, w, s, gs
 
 
+def best_us(D, cfgs, a, w, s, gs, out, *, gemv, **kw) -> float:
+    """The fastest of cfgs by the autotuner's own timing (do_bench median, us); nan if none applies."""
+    best = float("nan")
+    for cfg in cfgs:
+        t = 1e3 * D._time_config(lambda: D._launch(a, w, s, None, gs, None, out, cfg=cfg,
+                                                   gemv=gemv and not D._not_gemv(cfg), **kw))
+        best = t if not best <= t else best
+    return best
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--m", default="1,4,16")
@@ -70,7 +80,7 @@ def main(argv=None) -> int:
         for M in ms:
             a = torch.randn(M, K, dtype=torch.float16, device="cuda")
             gemv = M <= D.GEMV_MAX_M
-            for cfg in (D.gemv_candidates if gemv else D.gemm_candidates)(M, N, w.shape[1], e, a.device):
+            for cfg in D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device):
                 out = torch.empty(M, N, dtype=torch.float16, device="cuda")
                 tasks.append((a, w, s, gs, out, cfg, gemv and not D._not_gemv(cfg), K, N, bs, e, sc))
 
@@ -87,8 +97,9 @@ def main(argv=None) -> int:
         list(pool.map(compile_one, tasks))
     torch.cuda.synchronize()
     print(f"# compiled {len(tasks)} variants in {time.perf_counter() - t0:.0f} s", flush=True)
-    print("| K x N | M | format | onnxfuse us | TB/s | % of 4.05 | cuBLAS fp16 us | cuBLAS TB/s | rel err | config |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| K x N | M | format | onnxfuse us | TB/s | % of 4.05 | cuBLAS fp16 us | cuBLAS TB/s | rel err | "
+          "best GEMV/GEMM us | best MMA us | config |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (K, N, fname), (e, sc, w, s, gs) in cases.items():
         bs = FORMATS[fname][2]
         wbytes = w.numel() + s.numel() * s.element_size()
@@ -112,8 +123,12 @@ def main(argv=None) -> int:
                                                                      **kw)) for i in range(copies)])
             tc = graph_time_us(torch, [(lambda w_=w_: torch.matmul(a, w_.t())) for w_ in w16s])
             tbs = wbytes / ta / 1e6
+            cands = D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device)
+            lk = dict(K=K, N=N, block_size=bs, element=e, scale_code=sc, gemv=M <= D.GEMV_MAX_M)
+            t_old = best_us(D, [c for c in cands if not c.get("MMA")], a, w, s, gs, outs[0], **lk)
+            t_mma = best_us(D, [c for c in cands if c.get("MMA")], a, w, s, gs, outs[0], **lk)
             print(f"| {K}x{N} | {M} | {fname} | {ta:.1f} | {tbs:.2f} | {100 * tbs / HBM_TBS:.0f} | {tc:.1f} | "
-                  f"{w16.nbytes / tc / 1e6:.2f} | {rel:.1e} | {cfg} |", flush=True)
+                  f"{w16.nbytes / tc / 1e6:.2f} | {rel:.1e} | {t_old:.1f} | {t_mma:.1f} | {cfg} |", flush=True)
         del ws, ss, wdec, w16, w16s
         torch.cuda.empty_cache()
     return 0

@@ -3,6 +3,8 @@
   M <= 4           dqmm_gemv_kernel (FP32 FMAs on in-place decoded codes, split-K so every layer
                    fills the SMs; see kernels/dequant_gemv_kernel.py)
   4 < M            dqmm_gemm_kernel (tl.dot, fp16/bf16 operands, fp32 accumulate; split-K for small M)
+  M <= 16          the autotuner also times dqmm_mma_kernel (swap-AB tensor cores for fp16/bf16 A;
+                   see kernels/dequant_mma_kernel.py)
   large M          the autotuner may instead pick "materialise": decode W once to A's dtype and
                    run cuBLAS, when that measures faster (the decode is one pass over W)
   other blocks     block sizes that are not a power of two or split a byte: materialise (exact,
@@ -18,11 +20,13 @@ from onnxfuse.diagnostics import OnnxfuseError
 from onnxfuse.kernels import autotune, format_codes, inputs, triton_env
 from onnxfuse.kernels.dequant_gemv_kernel import dqmm_gemv_kernel, splitk_sum_kernel
 from onnxfuse.kernels.dequant_matmul_kernels import dqmm_gemm_kernel, splitk_epilogue_kernel
+from onnxfuse.kernels.dequant_mma_kernel import dqmm_mma_kernel
 from onnxfuse.kernels.dequant_rows import decode_rows_device
 
 torch, triton, tl = triton_env.load()
 
 GEMV_MAX_M = 4
+MMA_MAX_M = 16
 
 
 def _sm_count(device) -> int:
@@ -108,6 +112,41 @@ def gemm_candidates(M, N, Kb, element, device) -> list[dict]:
     return out
 
 
+def mma_candidates(M, N, Kb, element, block_size, a_dtype, device) -> list[dict]:
+    """Configs of the swap-AB tensor-core kernel, [] where it does not apply: fp16/bf16 A, M <= 16,
+    at most two codes a byte, and scale blocks of at least 16 bytes (one dot per block chunk needs
+    K >= 16). BLOCK_N is 16 rows per warp, the shape whose weight loads Triton makes directly in the
+    dot operand layout (in the sm_90 SASS, 32 rows a warp went through shared memory byte by byte);
+    split-K aims at about 32 warps per SM."""
+    bsb = block_size // element.codes_per_byte
+    if M > MMA_MAX_M or a_dtype not in (torch.float16, torch.bfloat16) or element.codes_per_byte > 2 or bsb < 16:
+        return []
+    bm = triton.next_power_of_2(M)
+    if triton_env.interpreting():
+        chunk = min(bsb, 32)
+        return [dict(MMA=True, BLOCK_M=bm, BLOCK_N=16, CHUNK=chunk, BLOCK_KB=2 * chunk, SPLIT_K=1, num_warps=1,
+                     num_stages=1)]
+    chunk = min(bsb, 128)
+    sms = _sm_count(device)
+    out = []
+    shapes = [(2, 256), (1, 256), (2, 128)] + ([(4, 256)] if bm < 8 else [])  # (warps, bytes per K step)
+    for warps, step in shapes:
+        step = max(chunk, min(step, triton.next_power_of_2(Kb)))
+        split = _split_for(triton.cdiv(N, 16 * warps), triton.cdiv(Kb, step), sms, 32 // warps)
+        out.append(dict(MMA=True, BLOCK_M=bm, BLOCK_N=16 * warps, CHUNK=chunk, BLOCK_KB=step, SPLIT_K=split,
+                        num_warps=warps, num_stages=1))
+    return out
+
+
+def tuning_candidates(M, N, Kb, element, block_size, a_dtype, device) -> list[dict]:
+    """Every config the autotuner times for this case: the GEMV's (M <= 4) or the GEMM's, and,
+    when tuning, the swap-AB kernel's (without tuning the first of the list runs)."""
+    cands = (gemv_candidates if M <= GEMV_MAX_M else gemm_candidates)(M, N, Kb, element, device)
+    if autotune.tuning_enabled():
+        cands = cands + mma_candidates(M, N, Kb, element, block_size, a_dtype, device)
+    return cands
+
+
 def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_code, cfg, gemv: bool):
     M = a2.shape[0]
     Kb = w.shape[1]
@@ -116,27 +155,40 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
         return _materialise(a2, w, s, z, gs, bias, out2, K=K, block_size=block_size, element=element,
                             scale_code=scale_code)
     nb, bkb = cfg["BLOCK_N"], cfg["BLOCK_KB"]
-    ng, bsb = _tile_shape(element, block_size, bkb)
+    mma = bool(cfg.get("MMA"))
     kb_per_split = triton.cdiv(triton.cdiv(Kb, cfg["SPLIT_K"]), bkb) * bkb
     split = triton.cdiv(Kb, kb_per_split)
     dummy = w
     common = dict(WFMT=element.id, SFMT=scale_code.id, BITS=element.bits, CPB=element.codes_per_byte,
                   BS=block_size, HAS_ZP=z is not None, HAS_GS=gs is not None, HAS_BIAS=bias is not None,
-                  BLOCK_N=nb, NG=ng, BSB=bsb, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    if gemv:
+                  BLOCK_N=nb, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    if gemv or mma:
         ws = torch.empty((split, M, N), dtype=torch.float32, device=a2.device) if split > 1 else out2
     else:
         ws = torch.zeros((M, N), dtype=torch.float32, device=a2.device) if split > 1 else out2
     args = (a2, w, s, z if z is not None else dummy, gs if gs is not None else dummy,
             bias if bias is not None else dummy, out2, ws, M, N, K, Kb, G, a2.stride(0), w.stride(0), s.stride(0),
             z.stride(0) if z is not None else 0, out2.stride(0), kb_per_split)
-    if gemv:
+    hw = not triton_env.interpreting()
+    if mma:
+        # inline-PTX decoders: fp16 A on a GPU, integer and fp4 codes; A's code pairs as one 32-bit load
+        asm = hw and a2.dtype == torch.float16 and (not element.is_float or element.name == "float4e2m1")
+        pairs = element.codes_per_byte == 2 and K % 2 == 0 and a2.stride(0) % 2 == 0 and a2.data_ptr() % 4 == 0
+        dqmm_mma_kernel[(triton.cdiv(N, nb), split)](
+            *args, BLOCK_M=cfg["BLOCK_M"], CHUNK=cfg["CHUNK"], NCH=bkb // cfg["CHUNK"], USE_WS=split > 1, ASM=asm,
+            HW_FP8=hw, ACT_PAIRS=pairs, POW2=16384.0 if asm and element.name == "float4e2m1" else 1.0,
+            DOT_F32=a2.dtype == torch.bfloat16 and not hw, **common)
+    else:
+        ng, bsb = _tile_shape(element, block_size, bkb)
+        common.update(NG=ng, BSB=bsb)
+    if gemv and not mma:
         bm = 1 if M == 1 else (2 if M == 2 else 4)
         act_base, act_shift = _gemv_act_scaling(element)
         dqmm_gemv_kernel[(triton.cdiv(N, nb), split)](*args, BLOCK_M=bm, FLIP=_SIGN_FLIP.get(element.name, 0),
-                                                      USE_WS=split > 1, HW_FP8=not triton_env.interpreting(),
+                                                      USE_WS=split > 1, HW_FP8=hw,
                                                       ACT_BASE=act_base, ACT_SHIFT=act_shift,
                                                       LOOP_STAGES=cfg.get("LOOP_STAGES", 1), **common)
+    if gemv or mma:
         if split > 1:
             block = 1024
             splitk_sum_kernel[(triton.cdiv(M * N, block),)](ws, bias if bias is not None else dummy, out2, M, N,
@@ -174,8 +226,8 @@ def _materialise(a2, w, s, z, gs, bias, out2, *, K, block_size, element, scale_c
 
 
 def _not_gemv(cfg) -> bool:
-    """A config of the GEMV's candidate list that runs another kernel (tl.dot GEMM or materialise)."""
-    return bool(cfg.get("MATERIALISE") or cfg.get("GEMM"))
+    """A config of the GEMV's candidate list that runs another kernel (tl.dot GEMM, swap-AB MMA or materialise)."""
+    return bool(cfg.get("MATERIALISE") or cfg.get("GEMM") or cfg.get("MMA"))
 
 
 def _time_config(fn) -> float:
@@ -233,11 +285,11 @@ def dequant_matmul(a, w, scale, zero_point=None, global_scale=None, bias=None, *
 
 def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element, scale_code):
     M, Kb = a2.shape[0], w.shape[1]
-    cands = (gemv_candidates if gemv else gemm_candidates)(M, N, Kb, element, a2.device)
+    cands = tuning_candidates(M, N, Kb, element, block_size, a2.dtype, a2.device)
     if len(cands) == 1:
         return cands[0]
     kernel = "gemv" if gemv else "gemm"
-    key = (f"dqmm-{kernel}|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
+    key = (f"dqmm-{kernel}|v2|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
            f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
            f"M{autotune.m_bucket(M)}|N{N}|K{K}")
     scratch = torch.empty_like(out2)

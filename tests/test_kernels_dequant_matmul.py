@@ -115,6 +115,55 @@ def test_split_k_and_multi_block_tiles(gemv):
         _check(y, case, a, bias, dot_dtype=torch.float32)
 
 
+MMA_CASES = [  # (weight_format, scale_format, block_size, zero point, two-level)
+    ("int4", "float16", 32, False, False), ("uint4", "float16", 64, True, False),
+    ("int8", "float32", 32, False, False), ("uint8", "bfloat16", 32, True, False),
+    ("float8e4m3fn", "float16", 32, False, False), ("float8e5m2", "float8e8m0", 32, False, False),
+    ("float4e2m1", "float8e8m0", 32, False, False), ("float4e2m1", "float8e4m3fn", 32, False, True),
+    ("float6e3m2", "float8e8m0", 32, False, False),
+]
+
+
+@pytest.mark.parametrize("case_args", MMA_CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
+def test_swap_ab_tensor_core_kernel(case_args):
+    """The swap-AB kernel forced at M = 1, 3 and 16, fp16 and bf16, ragged N, K even (A loaded as
+    32-bit pairs) and odd (A loaded per K position), one and two K steps per split (split-K 2)."""
+    import importlib
+
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
+    from onnxfuse.kernels import inputs
+
+    wf, sf, bs, zp, two = case_args
+    rng = np.random.default_rng(abs(hash(case_args)) % 2**32)
+    N = 37
+    e, _ = inputs.formats(wf, sf)
+    for K, M, dtype, split in ((166, 1, torch.float16, 1), (166, 3, torch.bfloat16, 2), (165, 16, torch.float16, 2)):
+        case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp,
+                               global_scale=two)
+        (cfg,) = D.mma_candidates(M, N, case.w.shape[1], e, bs, dtype, torch.device("cpu"))
+        cfg = dict(cfg, SPLIT_K=split)
+        a = rng.standard_normal((M, K)).astype(np.float32)
+        bias = rng.standard_normal(N).astype(np.float32)
+        y = _run(case, a, bias, N=N, config=cfg, dtype=dtype)
+        _check(y, case, a, bias, dot_dtype=dtype)
+
+
+def test_swap_ab_kernel_declines_what_it_cannot_tile():
+    import importlib
+
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
+    from onnxfuse.kernels import inputs
+
+    cpu = torch.device("cpu")
+    e4, _ = inputs.formats("int4", "float16")
+    assert D.mma_candidates(1, 64, 64, e4, 32, torch.float16, cpu)
+    assert not D.mma_candidates(1, 64, 64, e4, 16, torch.float16, cpu)  # 8-byte blocks: a dot needs K >= 16
+    assert not D.mma_candidates(1, 64, 64, e4, 32, torch.float32, cpu)  # fp32 A
+    assert not D.mma_candidates(17, 64, 64, e4, 32, torch.float16, cpu)
+    e2, _ = inputs.formats("int2", "float16")
+    assert not D.mma_candidates(1, 64, 32, e2, 128, torch.float16, cpu)  # four codes a byte
+
+
 def test_block_sizes_outside_the_tiled_path():
     """Odd and byte-splitting block sizes take the exact materialising path."""
     rng = np.random.default_rng(11)

@@ -1,7 +1,8 @@
 """DequantMatMul and friends on a CUDA GPU at realistic shapes, against float64 references.
 
 Bound as in test_kernels_dequant_matmul.py: (K + 4) * u32 * sum|a w| for fp32 accumulation,
-plus the operand rounding of tl.dot (u of fp16/bf16) for M > 4, plus the output cast.
+plus the operand rounding of tl.dot (u of fp16/bf16; at every M, since the autotuner may pick the
+swap-AB tensor-core kernel down to M = 1), plus the output cast.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ CASES = [  # (weight_format, scale_format, block_size, zero point, two-level)
 
 @pytest.mark.parametrize("case_args", CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
 def test_dequant_matmul_realistic(case_args):
-    from onnxfuse.kernels import dequant_matmul
 
     wf, sf, bs, zp, two = case_args
     rng = np.random.default_rng(0)
@@ -40,23 +40,60 @@ def test_dequant_matmul_realistic(case_args):
     case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp,
                            global_scale=two)
     wd = torch.from_numpy(case.decoded()).double().cuda()
-    dev = lambda x: None if x is None else torch.from_numpy(np.ascontiguousarray(x)).cuda()  # noqa: E731
     for M, dtype in ((1, torch.float16), (3, torch.bfloat16), (16, torch.float16), (300, torch.bfloat16),
                      (64, torch.float32)):
-        a = torch.randn(M, K, device="cuda").to(dtype)
-        bias = torch.randn(N, device="cuda").to(dtype)
-        y = torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
-        dequant_matmul(a, dev(case.w), dev(case.scale), dev(case.zero_point), dev(case.global_scale), bias, K=K, N=N,
-                       block_size=bs, weight_format=wf, scale_format=sf, out=y)
-        want = a.double() @ wd.t() + bias.double()
-        absdot = a.double().abs() @ wd.abs().t() + bias.double().abs()
-        u_op = 0.0 if M <= 4 or dtype == torch.float32 else U[dtype]
-        bound = ((K + 4) * U[torch.float32] + u_op) * absdot + U[dtype] * want.abs()
-        err = (y.double() - want).abs()
-        assert torch.isfinite(y).all()
-        assert (err <= bound).all(), f"M={M} {dtype}: max err/bound {(err / bound).max().item():.3g}"
-        rel = (err.norm() / want.norm()).item()
-        assert rel < (3e-3 if u_op == 0 else 6 * u_op), rel
+        _check_one(case, wd, M, dtype, config=None)
+
+
+@pytest.mark.parametrize("case_args", CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
+def test_swap_ab_kernel_realistic(case_args):
+    """Every config of the swap-AB tensor-core kernel, forced (the autotuner may not pick it at
+    this shape), fp16 (the inline-PTX decoders) and bf16, M = 1 and 16, with split-K."""
+    import importlib
+
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
+    from onnxfuse.kernels import inputs
+
+    wf, sf, bs, zp, two = case_args
+    rng = np.random.default_rng(1)
+    K, N = 4096, 1536
+    case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp,
+                           global_scale=two)
+    wd = torch.from_numpy(case.decoded()).double().cuda()
+    e, _ = inputs.formats(wf, sf)
+    ran = 0
+    for M, dtype in ((1, torch.float16), (16, torch.float16), (5, torch.bfloat16)):
+        for cfg in D.mma_candidates(M, N, case.w.shape[1], e, bs, dtype, torch.device("cuda")):
+            _check_one(case, wd, M, dtype, config=cfg)
+            ran += 1
+    if not ran:
+        pytest.skip(f"the swap-AB kernel does not cover {wf} with block size {bs} (needs <= 2 codes a byte, "
+                    ">= 16-byte blocks)")
+
+
+def _check_one(case, wd, M, dtype, *, config):
+    import importlib
+
+    dequant_matmul = importlib.import_module("onnxfuse.kernels.dequant_matmul").dequant_matmul  # takes config=
+
+    K, N = case.K, case.w.shape[0]
+    dev = lambda x: None if x is None else torch.from_numpy(np.ascontiguousarray(x)).cuda()  # noqa: E731
+    a = torch.randn(M, K, device="cuda").to(dtype)
+    bias = torch.randn(N, device="cuda").to(dtype)
+    y = torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
+    dequant_matmul(a, dev(case.w), dev(case.scale), dev(case.zero_point), dev(case.global_scale), bias, K=K, N=N,
+                   block_size=case.block_size, weight_format=case.weight_format, scale_format=case.scale_format,
+                   out=y, config=config)
+    want = a.double() @ wd.t() + bias.double()
+    absdot = a.double().abs() @ wd.abs().t() + bias.double().abs()
+    u_op = 0.0 if dtype == torch.float32 else U[dtype]
+    bound = ((K + 4) * U[torch.float32] + u_op) * absdot + U[dtype] * want.abs()
+    err = (y.double() - want).abs()
+    what = f"M={M} {dtype} {config}"
+    assert torch.isfinite(y).all(), what
+    assert (err <= bound).all(), f"{what}: max err/bound {(err / bound).max().item():.3g}"
+    rel = (err.norm() / want.norm()).item()
+    assert rel < (3e-3 if u_op == 0 else 6 * u_op), (what, rel)
 
 
 def test_gather_dequantize_qdq_on_gpu():

@@ -1,0 +1,265 @@
+"""The DequantMatMul small-M tensor-core kernel (M <= 16, fp16/bf16 activations): swap-AB.
+
+At small M a GEMV spends most of its issue slots on FP32 FMAs and conversions, not on loads. This
+kernel gives the multiply-adds to the tensor cores instead, with the operands swapped so the
+weight is the wide side: each program owns BLOCK_N rows of W (16 per warp) and computes
+acc[BLOCK_N, BLOCK_M] = W_tile @ A^T with `tl.dot` (mma.sync m16n8k16; Triton pads BLOCK_M < 8).
+One warp per 16 rows keeps Triton's mixed-precision layout rule satisfied: the uint8 weight load
+is made directly in the dot operand's register layout (no shared-memory round trip of the weight).
+
+A K step covers NCH chunks of CHUNK bytes of every row. A chunk never straddles two scale blocks,
+so each chunk gets its own dot and its fp32 partial sum is multiplied by the chunk's per-row scale
+(the weight enters the dot as its exact code value: no rounding of q * s to the operand dtype).
+The codes sharing a byte are separate dots against A's matching K positions (k = byte * CPB + sub).
+
+Decoding on the GPU with fp16 activations is inline PTX on four bytes at a time (ASM): integer
+fields are put into fp16's mantissa under 1024 with one LOP3 per two codes and 1024 (+ the signed
+offset) is subtracted with one HADD2/HFMA2 per two codes; fp4 moves its bits into an fp16 pattern
+(value * 2^-14, undone by POW2 at the end). Otherwise (bf16 activations, the interpreter, other
+formats) the codes go through kernels/decode.py to float32 and are cast: exact for every format,
+since each code's value fits fp16 and bf16.
+"""
+
+from __future__ import annotations
+
+from onnxfuse.kernels import triton_env
+from onnxfuse.kernels.decode import decode_element, decode_scale
+
+torch, triton, tl = triton_env.load()
+
+
+@triton.jit
+def _asm_int4(w, SIGNED: tl.constexpr):
+    """Four bytes of two int4/uint4 codes each -> (low nibbles, high nibbles) as fp16."""
+    if SIGNED:  # (field ^ 8) | 0x6400 is 1024 + code + 8
+        v = tl.inline_asm_elementwise(
+            """{
+            .reg .b32 t0, t1, z, c1, c2, c3;
+            mov.b32 z, 0;
+            prmt.b32 t0, $4, z, 0x4140;
+            prmt.b32 t1, $4, z, 0x4342;
+            lop3.b32 $0, t0, 0x000F000F, 0x64086408, 0x6A;
+            lop3.b32 $1, t1, 0x000F000F, 0x64086408, 0x6A;
+            lop3.b32 $2, t0, 0x00F000F0, 0x64806480, 0x6A;
+            lop3.b32 $3, t1, 0x00F000F0, 0x64806480, 0x6A;
+            mov.b32 c1, 0x64086408;
+            mov.b32 c2, 0x2C002C00;
+            mov.b32 c3, 0xD480D480;
+            sub.f16x2 $0, $0, c1;
+            sub.f16x2 $1, $1, c1;
+            fma.rn.f16x2 $2, $2, c2, c3;
+            fma.rn.f16x2 $3, $3, c2, c3;
+            }""",
+            "=r,=r,=r,=r,r", [w], dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
+    else:
+        v = tl.inline_asm_elementwise(
+            """{
+            .reg .b32 t0, t1, z, c1, c2, c3;
+            mov.b32 z, 0;
+            prmt.b32 t0, $4, z, 0x4140;
+            prmt.b32 t1, $4, z, 0x4342;
+            lop3.b32 $0, t0, 0x000F000F, 0x64006400, 0xEA;
+            lop3.b32 $1, t1, 0x000F000F, 0x64006400, 0xEA;
+            lop3.b32 $2, t0, 0x00F000F0, 0x64006400, 0xEA;
+            lop3.b32 $3, t1, 0x00F000F0, 0x64006400, 0xEA;
+            mov.b32 c1, 0x64006400;
+            mov.b32 c2, 0x2C002C00;
+            mov.b32 c3, 0xD400D400;
+            sub.f16x2 $0, $0, c1;
+            sub.f16x2 $1, $1, c1;
+            fma.rn.f16x2 $2, $2, c2, c3;
+            fma.rn.f16x2 $3, $3, c2, c3;
+            }""",
+            "=r,=r,=r,=r,r", [w], dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
+    return v
+
+
+@triton.jit
+def _asm_int8(w, SIGNED: tl.constexpr):
+    """Four int8/uint8 codes -> fp16: each byte under 0x64 (1024 + byte), minus 1024 (+ 128)."""
+    if SIGNED:
+        v = tl.inline_asm_elementwise(
+            """{
+            .reg .b32 y, hi, c;
+            xor.b32 y, $2, 0x80808080;
+            mov.b32 hi, 0x64646464;
+            prmt.b32 $0, y, hi, 0x4140;
+            prmt.b32 $1, y, hi, 0x4342;
+            mov.b32 c, 0x64806480;
+            sub.f16x2 $0, $0, c;
+            sub.f16x2 $1, $1, c;
+            }""",
+            "=r,=r,r", [w], dtype=tl.float16, is_pure=True, pack=4)
+    else:
+        v = tl.inline_asm_elementwise(
+            """{
+            .reg .b32 hi, c;
+            mov.b32 hi, 0x64646464;
+            prmt.b32 $0, $2, hi, 0x4140;
+            prmt.b32 $1, $2, hi, 0x4342;
+            mov.b32 c, 0x64006400;
+            sub.f16x2 $0, $0, c;
+            sub.f16x2 $1, $1, c;
+            }""",
+            "=r,=r,r", [w], dtype=tl.float16, is_pure=True, pack=4)
+    return v
+
+
+@triton.jit
+def _asm_fp4(w):
+    """Four bytes of two e2m1 codes each -> (low, high nibbles) as fp16 holding value * 2^-14:
+    magnitude bits to fp16 bits 9..11, sign to bit 15 (the spread bytes sit in separate halves)."""
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .b32 t0, t1, z, a, b;
+        mov.b32 z, 0;
+        prmt.b32 t0, $4, z, 0x4140;
+        prmt.b32 t1, $4, z, 0x4342;
+        shl.b32 a, t0, 9;
+        shl.b32 b, t0, 12;
+        and.b32 b, b, 0x80008000;
+        lop3.b32 $0, a, 0x0E000E00, b, 0xEA;
+        shl.b32 a, t1, 9;
+        shl.b32 b, t1, 12;
+        and.b32 b, b, 0x80008000;
+        lop3.b32 $1, a, 0x0E000E00, b, 0xEA;
+        shl.b32 a, t0, 5;
+        shl.b32 b, t0, 8;
+        and.b32 b, b, 0x80008000;
+        lop3.b32 $2, a, 0x0E000E00, b, 0xEA;
+        shl.b32 a, t1, 5;
+        shl.b32 b, t1, 8;
+        and.b32 b, b, 0x80008000;
+        lop3.b32 $3, a, 0x0E000E00, b, 0xEA;
+        }""",
+        "=r,=r,=r,=r,r", [w], dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
+
+
+@triton.jit
+def _plain(w, z, SUB: tl.constexpr, WFMT: tl.constexpr, BITS: tl.constexpr, DT: tl.constexpr,
+           HAS_ZP: tl.constexpr):
+    """Sub-position SUB of each byte minus the zero point z [rows, 1], decoded exactly
+    (kernels/decode.py) in float32 and cast to DT (exact: |q - z| < 2^8 fits bf16 too)."""
+    c = (w.to(tl.int32) >> (SUB * BITS)) & ((1 << BITS) - 1)
+    q = decode_element(c, WFMT)
+    if HAS_ZP:
+        q = q - z
+    return q.to(DT)
+
+
+@triton.jit
+def _codes(w, z, WFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr, DT: tl.constexpr, ASM: tl.constexpr,
+           HW_FP8: tl.constexpr, HAS_ZP: tl.constexpr):
+    """A [rows, bytes] uint8 tile -> the codes (minus zero point z [rows, 1] of float32) of
+    sub-positions 0 and 1 in DT (q1 = q0 for one code a byte)."""
+    if ASM and WFMT <= 5:
+        if WFMT <= 3:
+            q0, q1 = _asm_int4(w, WFMT % 2 == 0)
+        else:
+            q0 = _asm_int8(w, WFMT % 2 == 0)
+            q1 = q0
+        if HAS_ZP:  # fp16 (ASM): code - zero point is exact
+            q0 = q0 - z.to(DT)
+            q1 = q1 - z.to(DT)
+    elif ASM and WFMT == 8:
+        q0, q1 = _asm_fp4(w)
+    elif WFMT == 6 and HW_FP8:  # the GPU's e4m3 conversion (the interpreter's fp8 has no NaN)
+        q0 = w.to(tl.float8e4nv, bitcast=True).to(DT)
+        q1 = q0
+    else:
+        q0 = _plain(w, z, 0, WFMT, BITS, DT, HAS_ZP)
+        if CPB == 2:
+            q1 = _plain(w, z, 1, WFMT, BITS, DT, HAS_ZP)
+        else:
+            q1 = q0
+    return q0, q1
+
+
+@triton.jit
+def _act_t(a_ptr, offs_m, M, K, stride_am, byte, CPB: tl.constexpr, SUB: tl.constexpr):
+    """A^T at k = byte * CPB + SUB: [CHUNK, BLOCK_M], 0 outside [0, K) and past row M."""
+    k = byte * CPB + SUB
+    mask = (k < K)[:, None] & (offs_m < M)[None, :]
+    return tl.load(a_ptr + offs_m[None, :].to(tl.int64) * stride_am + k[:, None], mask=mask, other=0.0)
+
+
+@triton.jit
+def _act_pairs_t(a_ptr, offs_m, M, Kb, stride_am, byte, DT: tl.constexpr):
+    """A^T at the even and odd K positions of `byte` from one 32-bit load per pair (K even, 16-bit A)."""
+    a32 = a_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    mask = (byte < Kb)[:, None] & (offs_m < M)[None, :]
+    pr = tl.load(a32 + offs_m[None, :].to(tl.int64) * (stride_am // 2) + byte[:, None], mask=mask, other=0)
+    if DT == tl.bfloat16:  # via float32, whose top half a bf16 is (the interpreter has no bf16 bitcast)
+        even = (pr << 16).to(tl.float32, bitcast=True).to(DT)
+        odd = (pr & -65536).to(tl.float32, bitcast=True).to(DT)
+    else:
+        even = (pr & 0xFFFF).to(tl.int16).to(DT, bitcast=True)
+        odd = (pr >> 16).to(tl.int16).to(DT, bitcast=True)
+    return even, odd
+
+
+@triton.jit
+def _dot(q, a, acc, DOT_F32: tl.constexpr):
+    if DOT_F32:  # the interpreter's bf16 dot is wrong: an fp32 dot of the same (exact) operands
+        r = tl.dot(q.to(tl.float32), a.to(tl.float32), acc, input_precision="ieee")
+    else:
+        r = tl.dot(q, a, acc)
+    return r
+
+
+@triton.jit
+def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_ptr,
+                    M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_zn, stride_om, kb_per_split,
+                    WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
+                    BS: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, NCH: tl.constexpr,
+                    USE_WS: tl.constexpr, ASM: tl.constexpr, HW_FP8: tl.constexpr, ACT_PAIRS: tl.constexpr,
+                    POW2: tl.constexpr, DOT_F32: tl.constexpr):
+    """Y[m, n] for m < M <= BLOCK_M: acc[n, m] = sum over chunks of scale * (W_chunk @ A_chunk^T)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    DT: tl.constexpr = a_ptr.dtype.element_ty
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    n_mask = offs_n < N
+    rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
+    s_rows = s_ptr + offs_n.to(tl.int64) * stride_sn
+    z_rows = z_ptr + offs_n.to(tl.int64) * stride_zn
+    kb_start = pid_k * kb_per_split
+    kb_end = tl.minimum(kb_start + kb_per_split, Kb)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+    for kb0 in range(kb_start, kb_end, CHUNK * NCH):
+        for j in tl.static_range(NCH):
+            c0 = kb0 + j * CHUNK
+            byte = c0 + tl.arange(0, CHUNK)
+            w = tl.load(rows + byte[None, :], mask=n_mask[:, None] & (byte < kb_end)[None, :], other=0)
+            grp = (c0 * CPB) // BS
+            gmask = n_mask & ((offs_n * 0 + c0) < kb_end)  # a chunk past this split: weights masked, so is its scale
+            z = 0.0
+            if HAS_ZP:
+                z = decode_element(tl.load(z_rows + grp, mask=gmask, other=0).to(tl.int32), WFMT)[:, None]
+            q0, q1 = _codes(w, z, WFMT, BITS, CPB, DT, ASM, HW_FP8, HAS_ZP)
+            zero = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+            if CPB == 1:
+                part = _dot(q0, _act_t(a_ptr, offs_m, M, K, stride_am, byte, 1, 0), zero, DOT_F32)
+            else:
+                if ACT_PAIRS:
+                    even, odd = _act_pairs_t(a_ptr, offs_m, M, Kb, stride_am, byte, DT)
+                else:
+                    even = _act_t(a_ptr, offs_m, M, K, stride_am, byte, 2, 0)
+                    odd = _act_t(a_ptr, offs_m, M, K, stride_am, byte, 2, 1)
+                part = _dot(q1, odd, _dot(q0, even, zero, DOT_F32), DOT_F32)
+            s = decode_scale(tl.load(s_rows + grp, mask=gmask, other=0), SFMT)
+            acc += part * s[:, None]
+    if POW2 != 1.0:
+        acc = acc * POW2
+    if HAS_GS:
+        acc = acc * tl.load(gs_ptr).to(tl.float32)
+    mask = n_mask[:, None] & (offs_m < M)[None, :]
+    if not USE_WS:
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
+        out = out_ptr + offs_m[None, :].to(tl.int64) * stride_om + offs_n[:, None]
+        tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.store(ws_ptr + (pid_k * M + offs_m[None, :]).to(tl.int64) * N + offs_n[:, None], acc, mask=mask)
