@@ -45,12 +45,9 @@ def random_case(torch, N, K, wf, sf, bs, two):
 
 def best_us(D, cfgs, a, w, s, gs, out, *, gemv, **kw) -> float:
     """The fastest of cfgs by the autotuner's own timing (do_bench median, us); nan if none applies."""
-    best = float("nan")
-    for cfg in cfgs:
-        t = 1e3 * D._time_config(lambda: D._launch(a, w, s, None, gs, None, out, cfg=cfg,
-                                                   gemv=gemv and not D._not_gemv(cfg), **kw))
-        best = t if not best <= t else best
-    return best
+    times = [1e3 * D._time_config(lambda: D._launch(a, w, s, None, gs, None, out, cfg=cfg,
+                                                    gemv=gemv and not D._not_gemv(cfg), **kw)) for cfg in cfgs]
+    return min(times, default=float("nan"))
 
 
 def main(argv=None) -> int:

@@ -170,6 +170,7 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
             bias if bias is not None else dummy, out2, ws, M, N, K, Kb, G, a2.stride(0), w.stride(0), s.stride(0),
             z.stride(0) if z is not None else 0, out2.stride(0), kb_per_split)
     hw = not triton_env.interpreting()
+    bias_or_dummy = bias if bias is not None else dummy
     if mma:
         # inline-PTX decoders: fp16 A on a GPU, integer and fp4 codes; A's code pairs as one 32-bit load
         asm = hw and a2.dtype == torch.float16 and (not element.is_float or element.name == "float4e2m1")
@@ -178,34 +179,30 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
             *args, BLOCK_M=cfg["BLOCK_M"], CHUNK=cfg["CHUNK"], NCH=bkb // cfg["CHUNK"], USE_WS=split > 1, ASM=asm,
             HW_FP8=hw, ACT_PAIRS=pairs, POW2=16384.0 if asm and element.name == "float4e2m1" else 1.0,
             DOT_F32=a2.dtype == torch.bfloat16 and not hw, **common)
-    else:
+    elif gemv:
         ng, bsb = _tile_shape(element, block_size, bkb)
-        common.update(NG=ng, BSB=bsb)
-    if gemv and not mma:
         bm = 1 if M == 1 else (2 if M == 2 else 4)
         act_base, act_shift = _gemv_act_scaling(element)
         dqmm_gemv_kernel[(triton.cdiv(N, nb), split)](*args, BLOCK_M=bm, FLIP=_SIGN_FLIP.get(element.name, 0),
-                                                      USE_WS=split > 1, HW_FP8=hw,
+                                                      USE_WS=split > 1, HW_FP8=hw, NG=ng, BSB=bsb,
                                                       ACT_BASE=act_base, ACT_SHIFT=act_shift,
                                                       LOOP_STAGES=cfg.get("LOOP_STAGES", 1), **common)
-    if gemv or mma:
-        if split > 1:
-            block = 1024
-            splitk_sum_kernel[(triton.cdiv(M * N, block),)](ws, bias if bias is not None else dummy, out2, M, N,
-                                                            out2.stride(0), SPLIT=split, HAS_BIAS=bias is not None,
-                                                            BLOCK=block, num_warps=4)
-        return out2
     else:
+        ng, bsb = _tile_shape(element, block_size, bkb)
         bm = cfg["BLOCK_M"]
         grid = (triton.cdiv(M, bm) * triton.cdiv(N, nb), split)
-        dot_f32 = a2.dtype == torch.float32 or (a2.dtype == torch.bfloat16 and triton_env.interpreting())
+        dot_f32 = a2.dtype == torch.float32 or (a2.dtype == torch.bfloat16 and not hw)
         dqmm_gemm_kernel[grid](*args, BLOCK_M=bm, GROUP_M=cfg["GROUP_M"], ATOMIC=split > 1, DOT_F32=dot_f32,
-                               **common)
+                               NG=ng, BSB=bsb, **common)
     if split > 1:
         block = 1024
-        splitk_epilogue_kernel[(triton.cdiv(M * N, block),)](ws, bias if bias is not None else dummy, out2, M, N,
-                                                             out2.stride(0), HAS_BIAS=bias is not None,
-                                                             BLOCK=block, num_warps=4)
+        if gemv or mma:  # the [SPLIT, M, N] workspace, summed in a fixed order
+            splitk_sum_kernel[(triton.cdiv(M * N, block),)](ws, bias_or_dummy, out2, M, N, out2.stride(0),
+                                                            SPLIT=split, HAS_BIAS=bias is not None, BLOCK=block,
+                                                            num_warps=4)
+        else:  # the GEMM's atomically summed [M, N] workspace
+            splitk_epilogue_kernel[(triton.cdiv(M * N, block),)](ws, bias_or_dummy, out2, M, N, out2.stride(0),
+                                                                 HAS_BIAS=bias is not None, BLOCK=block, num_warps=4)
     return out2
 
 

@@ -33,13 +33,7 @@ CASES = [  # (weight_format, scale_format, block_size, zero point, two-level)
 
 @pytest.mark.parametrize("case_args", CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
 def test_dequant_matmul_realistic(case_args):
-
-    wf, sf, bs, zp, two = case_args
-    rng = np.random.default_rng(0)
-    K, N = 4096, 1536
-    case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp,
-                           global_scale=two)
-    wd = torch.from_numpy(case.decoded()).double().cuda()
+    case, wd = _realistic_case(case_args, seed=0)
     for M, dtype in ((1, torch.float16), (3, torch.bfloat16), (16, torch.float16), (300, torch.bfloat16),
                      (64, torch.float32)):
         _check_one(case, wd, M, dtype, config=None)
@@ -54,21 +48,25 @@ def test_swap_ab_kernel_realistic(case_args):
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
     from onnxfuse.kernels import inputs
 
-    wf, sf, bs, zp, two = case_args
-    rng = np.random.default_rng(1)
-    K, N = 4096, 1536
-    case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp,
-                           global_scale=two)
-    wd = torch.from_numpy(case.decoded()).double().cuda()
+    wf, sf, bs, _, _ = case_args
+    case, wd = _realistic_case(case_args, seed=1)
     e, _ = inputs.formats(wf, sf)
     ran = 0
     for M, dtype in ((1, torch.float16), (16, torch.float16), (5, torch.bfloat16)):
-        for cfg in D.mma_candidates(M, N, case.w.shape[1], e, bs, dtype, torch.device("cuda")):
+        for cfg in D.mma_candidates(M, case.w.shape[0], case.w.shape[1], e, bs, dtype, torch.device("cuda")):
             _check_one(case, wd, M, dtype, config=cfg)
             ran += 1
     if not ran:
         pytest.skip(f"the swap-AB kernel does not cover {wf} with block size {bs} (needs <= 2 codes a byte, "
                     ">= 16-byte blocks)")
+
+
+def _realistic_case(case_args, *, seed):
+    """A K=4096, N=1536 row-layout case and its decoded weight (float64, on the GPU)."""
+    wf, sf, bs, zp, two = case_args
+    case = ref.random_rows(np.random.default_rng(seed), 1536, 4096, weight_format=wf, scale_format=sf,
+                           block_size=bs, zero_point=zp, global_scale=two)
+    return case, torch.from_numpy(case.decoded()).double().cuda()
 
 
 def _check_one(case, wd, M, dtype, *, config):
