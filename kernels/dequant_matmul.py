@@ -112,38 +112,53 @@ def gemm_candidates(M, N, Kb, element, device) -> list[dict]:
     return out
 
 
-def mma_candidates(M, N, Kb, element, block_size, a_dtype, device) -> list[dict]:
+def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point=False) -> list[dict]:
     """Configs of the swap-AB tensor-core kernel, [] where it does not apply: fp16/bf16 A, M <= 16,
-    at most two codes a byte, and scale blocks of at least 16 bytes (one dot per block chunk needs
-    K >= 16). BLOCK_N is 16 rows per warp, the shape whose weight loads Triton makes directly in the
-    dot operand layout (in the sm_90 SASS, 32 rows a warp went through shared memory byte by byte);
-    split-K aims at about 32 warps per SM."""
+    at most two codes a byte, and a dot K of at least 16 bytes. BLOCK_N is 16 rows per warp, the
+    shape whose weight loads Triton makes directly in the dot operand layout (in the sm_90 SASS, 32
+    rows a warp went through shared memory byte by byte); split-K aims at about 32 warps per SM.
+
+    GROUP chunks share one dot through a block-diagonal activation operand (GROUP * BLOCK_M columns
+    within the 8 an mma computes anyway, so no extra tensor-core work): fewer dots, so fewer
+    activation stagings, but a [rows, columns] scale tile that Triton passes through shared memory
+    and more registers. Measured on the H200 (benchmarks/RESULTS.md): at M = 1 dots of 64 and 128
+    bytes beat one 16-byte chunk a dot, and which of the two wins varies by format and layer, so
+    both are timed; at M = 4, GROUP 2 lost to GROUP 1, so it is kept for 8-byte blocks (NVFP4),
+    which need it. A zero point is subtracted from the
+    code before the dot, one per row and dot: GROUP 1."""
     bsb = block_size // element.codes_per_byte
-    if M > MMA_MAX_M or a_dtype not in (torch.float16, torch.bfloat16) or element.codes_per_byte > 2 or bsb < 16:
+    if M > MMA_MAX_M or a_dtype not in (torch.float16, torch.bfloat16) or element.codes_per_byte > 2:
         return []
     bm = triton.next_power_of_2(M)
-    if triton_env.interpreting():
-        chunk = min(bsb, 32)
-        return [dict(MMA=True, BLOCK_M=bm, BLOCK_N=16, CHUNK=chunk, BLOCK_KB=2 * chunk, SPLIT_K=1, num_warps=1,
-                     num_stages=1)]
     chunk = min(bsb, 128)
+    need = triton.cdiv(16, chunk)  # a dot's K is at least 16 bytes
+    if need > 1 and (zero_point or need * bm > 8):
+        return []
+    groups = [need]
+    if bm == 1 and not zero_point:
+        groups = sorted({max(need, min(8, dk // chunk)) for dk in (64, 128)})
+    if triton_env.interpreting():
+        g = groups[-1]
+        return [dict(MMA=True, BLOCK_M=bm, BLOCK_N=16, CHUNK=chunk, GROUP=g, BLOCK_KB=2 * chunk * g, SPLIT_K=1,
+                     num_warps=1, num_stages=1)]
     sms = _sm_count(device)
     out = []
     shapes = [(2, 256), (1, 256), (2, 128)] + ([(4, 256)] if bm < 8 else [])  # (warps, bytes per K step)
-    for warps, step in shapes:
-        step = max(chunk, min(step, triton.next_power_of_2(Kb)))
-        split = _split_for(triton.cdiv(N, 16 * warps), triton.cdiv(Kb, step), sms, 32 // warps)
-        out.append(dict(MMA=True, BLOCK_M=bm, BLOCK_N=16 * warps, CHUNK=chunk, BLOCK_KB=step, SPLIT_K=split,
-                        num_warps=warps, num_stages=1))
+    for group in groups:
+        for warps, step in shapes:
+            step = max(chunk * group, min(step, triton.next_power_of_2(Kb)))
+            split = _split_for(triton.cdiv(N, 16 * warps), triton.cdiv(Kb, step), sms, 32 // warps)
+            out.append(dict(MMA=True, BLOCK_M=bm, BLOCK_N=16 * warps, CHUNK=chunk, GROUP=group, BLOCK_KB=step,
+                            SPLIT_K=split, num_warps=warps, num_stages=1))
     return out
 
 
-def tuning_candidates(M, N, Kb, element, block_size, a_dtype, device) -> list[dict]:
+def tuning_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point=False) -> list[dict]:
     """Every config the autotuner times for this case: the GEMV's (M <= 4) or the GEMM's, and,
     when tuning, the swap-AB kernel's (without tuning the first of the list runs)."""
     cands = (gemv_candidates if M <= GEMV_MAX_M else gemm_candidates)(M, N, Kb, element, device)
     if autotune.tuning_enabled():
-        cands = cands + mma_candidates(M, N, Kb, element, block_size, a_dtype, device)
+        cands = cands + mma_candidates(M, N, Kb, element, block_size, a_dtype, device, zero_point=zero_point)
     return cands
 
 
@@ -176,7 +191,8 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
         asm = hw and a2.dtype == torch.float16 and (not element.is_float or element.name == "float4e2m1")
         pairs = element.codes_per_byte == 2 and K % 2 == 0 and a2.stride(0) % 2 == 0 and a2.data_ptr() % 4 == 0
         dqmm_mma_kernel[(triton.cdiv(N, nb), split)](
-            *args, BLOCK_M=cfg["BLOCK_M"], CHUNK=cfg["CHUNK"], NCH=bkb // cfg["CHUNK"], USE_WS=split > 1, ASM=asm,
+            *args, BLOCK_M=cfg["BLOCK_M"], CHUNK=cfg["CHUNK"], GROUP=cfg["GROUP"],
+            NDOT=bkb // (cfg["CHUNK"] * cfg["GROUP"]), USE_WS=split > 1, ASM=asm,
             HW_FP8=hw, ACT_PAIRS=pairs, POW2=16384.0 if asm and element.name == "float4e2m1" else 1.0,
             DOT_F32=a2.dtype == torch.bfloat16 and not hw, **common)
     elif gemv:
@@ -282,11 +298,11 @@ def dequant_matmul(a, w, scale, zero_point=None, global_scale=None, bias=None, *
 
 def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element, scale_code):
     M, Kb = a2.shape[0], w.shape[1]
-    cands = tuning_candidates(M, N, Kb, element, block_size, a2.dtype, a2.device)
+    cands = tuning_candidates(M, N, Kb, element, block_size, a2.dtype, a2.device, zero_point=z is not None)
     if len(cands) == 1:
         return cands[0]
     kernel = "gemv" if gemv else "gemm"
-    key = (f"dqmm-{kernel}|v2|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
+    key = (f"dqmm-{kernel}|v3|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
            f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
            f"M{autotune.m_bucket(M)}|N{N}|K{K}")
     scratch = torch.empty_like(out2)

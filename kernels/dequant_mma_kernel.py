@@ -7,10 +7,14 @@ acc[BLOCK_N, BLOCK_M] = W_tile @ A^T with `tl.dot` (mma.sync m16n8k16; Triton pa
 One warp per 16 rows keeps Triton's mixed-precision layout rule satisfied: the uint8 weight load
 is made directly in the dot operand's register layout (no shared-memory round trip of the weight).
 
-A K step covers NCH chunks of CHUNK bytes of every row. A chunk never straddles two scale blocks,
-so each chunk gets its own dot and its fp32 partial sum is multiplied by the chunk's per-row scale
-(the weight enters the dot as its exact code value: no rounding of q * s to the operand dtype).
-The codes sharing a byte are separate dots against A's matching K positions (k = byte * CPB + sub).
+A dot covers GROUP chunks of CHUNK bytes of every row (NDOT dots a K step). A chunk never
+straddles two scale blocks, so the weight enters the dot as its exact code value and each chunk's
+fp32 partial sum is multiplied by the chunk's per-row scale (no rounding of q * s to the operand
+dtype). With GROUP > 1 the activation operand is block-diagonal, [GROUP * CHUNK, GROUP * BLOCK_M]:
+column j * BLOCK_M + m holds row m's activations over chunk j, zeros elsewhere, so one dot (and one
+staging of the activations) yields every chunk's partial sums side by side; they are scaled per
+column and summed over j after the loop. The codes sharing a byte are separate dots against A's
+matching K positions (k = byte * CPB + sub).
 
 Decoding on the GPU with fp16 activations is inline PTX on four bytes at a time (ASM): integer
 fields are put into fp16's mantissa under 1024 with one LOP3 per two codes and 1024 (+ the signed
@@ -176,19 +180,21 @@ def _codes(w, z, WFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr, DT: 
 
 
 @triton.jit
-def _act_t(a_ptr, offs_m, M, K, stride_am, byte, CPB: tl.constexpr, SUB: tl.constexpr):
-    """A^T at k = byte * CPB + SUB: [CHUNK, BLOCK_M], 0 outside [0, K) and past row M."""
+def _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, CPB: tl.constexpr, SUB: tl.constexpr):
+    """The activation operand at k = byte * CPB + SUB: [DK, NC], 0 outside [0, K), past row M and
+    outside each column's own chunk (col_in: the block-diagonal mask)."""
     k = byte * CPB + SUB
-    mask = (k < K)[:, None] & (offs_m < M)[None, :]
-    return tl.load(a_ptr + offs_m[None, :].to(tl.int64) * stride_am + k[:, None], mask=mask, other=0.0)
+    mask = (k < K)[:, None] & (col_m < M)[None, :] & col_in
+    return tl.load(a_ptr + col_m[None, :].to(tl.int64) * stride_am + k[:, None], mask=mask, other=0.0)
 
 
 @triton.jit
-def _act_pairs_t(a_ptr, offs_m, M, Kb, stride_am, byte, DT: tl.constexpr):
-    """A^T at the even and odd K positions of `byte` from one 32-bit load per pair (K even, 16-bit A)."""
+def _act_pairs_t(a_ptr, col_m, col_in, M, Kb, stride_am, byte, DT: tl.constexpr):
+    """The activation operand at the even and odd K positions of `byte`, from one 32-bit load per
+    pair (K even, 16-bit A)."""
     a32 = a_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    mask = (byte < Kb)[:, None] & (offs_m < M)[None, :]
-    pr = tl.load(a32 + offs_m[None, :].to(tl.int64) * (stride_am // 2) + byte[:, None], mask=mask, other=0)
+    mask = (byte < Kb)[:, None] & (col_m < M)[None, :] & col_in
+    pr = tl.load(a32 + col_m[None, :].to(tl.int64) * (stride_am // 2) + byte[:, None], mask=mask, other=0)
     if DT == tl.bfloat16:  # via float32, whose top half a bf16 is (the interpreter has no bf16 bitcast)
         even = (pr << 16).to(tl.float32, bitcast=True).to(DT)
         odd = (pr & -65536).to(tl.float32, bitcast=True).to(DT)
@@ -212,54 +218,71 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                     M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_zn, stride_om, kb_per_split,
                     WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
                     BS: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, NCH: tl.constexpr,
-                    USE_WS: tl.constexpr, ASM: tl.constexpr, HW_FP8: tl.constexpr, ACT_PAIRS: tl.constexpr,
-                    POW2: tl.constexpr, DOT_F32: tl.constexpr):
-    """Y[m, n] for m < M <= BLOCK_M: acc[n, m] = sum over chunks of scale * (W_chunk @ A_chunk^T)."""
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, GROUP: tl.constexpr,
+                    NDOT: tl.constexpr, USE_WS: tl.constexpr, ASM: tl.constexpr, HW_FP8: tl.constexpr,
+                    ACT_PAIRS: tl.constexpr, POW2: tl.constexpr, DOT_F32: tl.constexpr):
+    """Y[m, n] for m < M <= BLOCK_M: column j * BLOCK_M + m of the dot is chunk j's partial sum for
+    row m, scaled per (row, chunk) in float32 and summed over j at the end."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     DT: tl.constexpr = a_ptr.dtype.element_ty
+    NC: tl.constexpr = GROUP * BLOCK_M  # the dot's columns
+    DK: tl.constexpr = GROUP * CHUNK  # the dot's bytes of each row
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, NC)
+    col_m = cols % BLOCK_M
+    col_j = cols // BLOCK_M
+    col_in = (tl.arange(0, DK) // CHUNK)[:, None] == col_j[None, :]
+    if GROUP == 1:  # one chunk a dot: a scale (and zero point) a row, broadcast over the columns
+        chunk_of = tl.zeros((1,), tl.int32)
+    else:
+        chunk_of = col_j
     n_mask = offs_n < N
     rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
-    s_rows = s_ptr + offs_n.to(tl.int64) * stride_sn
-    z_rows = z_ptr + offs_n.to(tl.int64) * stride_zn
+    s_rows = s_ptr + offs_n[:, None].to(tl.int64) * stride_sn
+    z_rows = z_ptr + offs_n[:, None].to(tl.int64) * stride_zn
     kb_start = pid_k * kb_per_split
     kb_end = tl.minimum(kb_start + kb_per_split, Kb)
-    acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
-    for kb0 in range(kb_start, kb_end, CHUNK * NCH):
-        for j in tl.static_range(NCH):
-            c0 = kb0 + j * CHUNK
-            byte = c0 + tl.arange(0, CHUNK)
+    acc = tl.zeros((BLOCK_N, NC), tl.float32)
+    for kb0 in range(kb_start, kb_end, DK * NDOT):
+        for d in tl.static_range(NDOT):
+            c0 = kb0 + d * DK
+            byte = c0 + tl.arange(0, DK)
             w = tl.load(rows + byte[None, :], mask=n_mask[:, None] & (byte < kb_end)[None, :], other=0)
-            grp = (c0 * CPB) // BS
-            gmask = n_mask & ((offs_n * 0 + c0) < kb_end)  # a chunk past this split: weights masked, so is its scale
+            # each column's chunk: its scale group, and whether it lies in this split (else weights
+            # and scale are masked)
+            chunk0 = c0 + chunk_of * CHUNK
+            grp = ((chunk0 * CPB) // BS)[None, :]
+            gmask = n_mask[:, None] & (chunk0 < kb_end)[None, :]
             z = 0.0
-            if HAS_ZP:
-                z = decode_element(tl.load(z_rows + grp, mask=gmask, other=0).to(tl.int32), WFMT)[:, None]
+            if HAS_ZP:  # GROUP == 1: one zero point a row
+                z = decode_element(tl.load(z_rows + grp, mask=gmask, other=0).to(tl.int32), WFMT)
             q0, q1 = _codes(w, z, WFMT, BITS, CPB, DT, ASM, HW_FP8, HAS_ZP)
-            zero = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+            zero = tl.zeros((BLOCK_N, NC), tl.float32)
             if CPB == 1:
-                part = _dot(q0, _act_t(a_ptr, offs_m, M, K, stride_am, byte, 1, 0), zero, DOT_F32)
+                part = _dot(q0, _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 1, 0), zero, DOT_F32)
             else:
                 if ACT_PAIRS:
-                    even, odd = _act_pairs_t(a_ptr, offs_m, M, Kb, stride_am, byte, DT)
+                    even, odd = _act_pairs_t(a_ptr, col_m, col_in, M, Kb, stride_am, byte, DT)
                 else:
-                    even = _act_t(a_ptr, offs_m, M, K, stride_am, byte, 2, 0)
-                    odd = _act_t(a_ptr, offs_m, M, K, stride_am, byte, 2, 1)
+                    even = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 0)
+                    odd = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 1)
                 part = _dot(q1, odd, _dot(q0, even, zero, DOT_F32), DOT_F32)
-            s = decode_scale(tl.load(s_rows + grp, mask=gmask, other=0), SFMT)
-            acc += part * s[:, None]
+            acc += part * decode_scale(tl.load(s_rows + grp, mask=gmask, other=0), SFMT)
+    if GROUP > 1:
+        y = tl.sum(tl.reshape(acc, (BLOCK_N, GROUP, BLOCK_M)), axis=1)
+    else:
+        y = acc
     if POW2 != 1.0:
-        acc = acc * POW2
+        y = y * POW2
     if HAS_GS:
-        acc = acc * tl.load(gs_ptr).to(tl.float32)
+        y = y * tl.load(gs_ptr).to(tl.float32)
+    offs_m = tl.arange(0, BLOCK_M)
     mask = n_mask[:, None] & (offs_m < M)[None, :]
     if not USE_WS:
         if HAS_BIAS:
-            acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
+            y += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
         out = out_ptr + offs_m[None, :].to(tl.int64) * stride_om + offs_n[:, None]
-        tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out, y.to(out_ptr.dtype.element_ty), mask=mask)
     else:
-        tl.store(ws_ptr + (pid_k * M + offs_m[None, :]).to(tl.int64) * N + offs_n[:, None], acc, mask=mask)
+        tl.store(ws_ptr + (pid_k * M + offs_m[None, :]).to(tl.int64) * N + offs_n[:, None], y, mask=mask)

@@ -120,14 +120,17 @@ MMA_CASES = [  # (weight_format, scale_format, block_size, zero point, two-level
     ("int8", "float32", 32, False, False), ("uint8", "bfloat16", 32, True, False),
     ("float8e4m3fn", "float16", 32, False, False), ("float8e5m2", "float8e8m0", 32, False, False),
     ("float4e2m1", "float8e8m0", 32, False, False), ("float4e2m1", "float8e4m3fn", 32, False, True),
-    ("float6e3m2", "float8e8m0", 32, False, False),
+    ("float6e3m2", "float8e8m0", 32, False, False), ("float4e2m1", "float8e4m3fn", 16, False, True),
+    ("int4", "bfloat16", 16, False, False),
 ]
 
 
 @pytest.mark.parametrize("case_args", MMA_CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
 def test_swap_ab_tensor_core_kernel(case_args):
     """The swap-AB kernel forced at M = 1, 3 and 16, fp16 and bf16, ragged N, K even (A loaded as
-    32-bit pairs) and odd (A loaded per K position), one and two K steps per split (split-K 2)."""
+    32-bit pairs) and odd (A loaded per K position), one and two K steps per split (split-K 2). At
+    M = 1 without a zero point a dot covers up to 8 chunks (the block-diagonal activation operand);
+    8-byte blocks (NVFP4) need 2 chunks a dot, so they run at M <= 4 only."""
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
@@ -138,9 +141,11 @@ def test_swap_ab_tensor_core_kernel(case_args):
     N = 37
     e, _ = inputs.formats(wf, sf)
     for K, M, dtype, split in ((166, 1, torch.float16, 1), (166, 3, torch.bfloat16, 2), (165, 16, torch.float16, 2)):
+        if bs * e.bits // 8 < 16 and M > 4:
+            continue
         case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp,
                                global_scale=two)
-        (cfg,) = D.mma_candidates(M, N, case.w.shape[1], e, bs, dtype, torch.device("cpu"))
+        (cfg,) = D.mma_candidates(M, N, case.w.shape[1], e, bs, dtype, torch.device("cpu"), zero_point=zp)
         cfg = dict(cfg, SPLIT_K=split)
         a = rng.standard_normal((M, K)).astype(np.float32)
         bias = rng.standard_normal(N).astype(np.float32)
@@ -157,7 +162,9 @@ def test_swap_ab_kernel_declines_what_it_cannot_tile():
     cpu = torch.device("cpu")
     e4, _ = inputs.formats("int4", "float16")
     assert D.mma_candidates(1, 64, 64, e4, 32, torch.float16, cpu)
-    assert not D.mma_candidates(1, 64, 64, e4, 16, torch.float16, cpu)  # 8-byte blocks: a dot needs K >= 16
+    assert D.mma_candidates(4, 64, 64, e4, 16, torch.float16, cpu)  # 8-byte blocks: two chunks a dot
+    assert not D.mma_candidates(8, 64, 64, e4, 16, torch.float16, cpu)  # a dot needs K >= 16 bytes
+    assert not D.mma_candidates(1, 64, 64, e4, 16, torch.float16, cpu, zero_point=True)  # one chunk a dot
     assert not D.mma_candidates(1, 64, 64, e4, 32, torch.float32, cpu)  # fp32 A
     assert not D.mma_candidates(17, 64, 64, e4, 32, torch.float16, cpu)
     e2, _ = inputs.formats("int2", "float16")

@@ -42,23 +42,25 @@ def test_dequant_matmul_realistic(case_args):
 @pytest.mark.parametrize("case_args", CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
 def test_swap_ab_kernel_realistic(case_args):
     """Every config of the swap-AB tensor-core kernel, forced (the autotuner may not pick it at
-    this shape), fp16 (the inline-PTX decoders) and bf16, M = 1 and 16, with split-K."""
+    this shape), fp16 (the inline-PTX decoders) and bf16, M = 1 (several chunks a dot, through the
+    block-diagonal activation operand), 4 (two for NVFP4's 8-byte blocks) and 16, with split-K."""
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
     from onnxfuse.kernels import inputs
 
-    wf, sf, bs, _, _ = case_args
+    wf, sf, bs, zp, _ = case_args
     case, wd = _realistic_case(case_args, seed=1)
     e, _ = inputs.formats(wf, sf)
     ran = 0
-    for M, dtype in ((1, torch.float16), (16, torch.float16), (5, torch.bfloat16)):
-        for cfg in D.mma_candidates(M, case.w.shape[0], case.w.shape[1], e, bs, dtype, torch.device("cuda")):
+    for M, dtype in ((1, torch.float16), (4, torch.float16), (16, torch.float16), (5, torch.bfloat16)):
+        for cfg in D.mma_candidates(M, case.w.shape[0], case.w.shape[1], e, bs, dtype, torch.device("cuda"),
+                                    zero_point=zp):
             _check_one(case, wd, M, dtype, config=cfg)
             ran += 1
     if not ran:
         pytest.skip(f"the swap-AB kernel does not cover {wf} with block size {bs} (needs <= 2 codes a byte, "
-                    ">= 16-byte blocks)")
+                    "16 bytes a dot)")
 
 
 def _realistic_case(case_args, *, seed):
