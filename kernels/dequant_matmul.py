@@ -124,8 +124,8 @@ def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point
     and more registers. Measured on the H200 (benchmarks/RESULTS.md): at M = 1 dots of 64 and 128
     bytes beat one 16-byte chunk a dot, and which of the two wins varies by format and layer, so
     both are timed; at M = 4, GROUP 2 lost to GROUP 1, so it is kept for 8-byte blocks (NVFP4),
-    which need it. A zero point is subtracted from the
-    code before the dot, one per row and dot: GROUP 1."""
+    which need it. A zero point is subtracted from the code before the dot, one per row and dot:
+    GROUP 1."""
     bsb = block_size // element.codes_per_byte
     if M > MMA_MAX_M or a_dtype not in (torch.float16, torch.bfloat16) or element.codes_per_byte > 2:
         return []
