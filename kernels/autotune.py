@@ -76,11 +76,14 @@ def tuning_enabled() -> bool:
     return not triton_env.interpreting() and os.environ.get("ONNXFUSE_AUTOTUNE", "1") != "0"
 
 
-def choose(cache: TuningCache, key: str, candidates: Sequence[dict], time_one: Callable[[dict], float]) -> dict:
-    """The cached config for key, else the fastest candidate by time_one (seconds or ms), cached."""
+def choose(cache: TuningCache, key: str, candidates: Callable[[], Sequence[dict]],
+           time_one: Callable[[dict], float]) -> dict:
+    """The cached config for key, else the fastest of candidates() by time_one (seconds or ms),
+    cached. The list is built only on a miss: building it costs more host time than a hit."""
     hit = cache.get(key)
     if hit is not None:
         return hit
+    candidates = candidates()
     if not tuning_enabled() or len(candidates) == 1:
         return dict(candidates[0])
     best, best_t = None, float("inf")
@@ -102,12 +105,14 @@ _caches: dict[tuple, TuningCache] = {}
 
 
 def cache_for_device(device) -> TuningCache:
-    """One TuningCache per (device name, Triton version, directory) in this process."""
-    import torch
-    import triton
+    """One TuningCache per (device, directory) in this process. Called on every kernel call, so a
+    hit does no path or device-name work."""
+    key = (device.type, device.index, os.environ.get("ONNXFUSE_CACHE_DIR"))
+    cache = _caches.get(key)
+    if cache is None:
+        import torch
+        import triton
 
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "interpreter"
-    key = (name, triton.__version__, str(cache_dir()))
-    if key not in _caches:
-        _caches[key] = TuningCache(name, triton.__version__, Path(key[2]))
-    return _caches[key]
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "interpreter"
+        cache = _caches[key] = TuningCache(name, triton.__version__, cache_dir())
+    return cache

@@ -16,6 +16,11 @@ staging of the activations) yields every chunk's partial sums side by side; they
 column and summed over j after the loop. The codes sharing a byte are separate dots against A's
 matching K positions (k = byte * CPB + sub).
 
+LOOP_STAGES > 1 pipelines the K loop (tl.range): the weight and activation tiles of the next steps
+are copied into shared memory with cp.async while this one is decoded, so more bytes are in flight
+per SM than the few warps that the registers allow can keep with plain loads (the loop is bound by
+load latency otherwise; benchmarks/RESULTS.md). LOOP_STAGES 1 compiles to the plain loop's SASS.
+
 Decoding on the GPU with fp16 activations is inline PTX on four bytes at a time (ASM): integer
 fields are put into fp16's mantissa under 1024 with one LOP3 per two codes and 1024 (+ the signed
 offset) is subtracted with one HADD2/HFMA2 per two codes; fp4 moves its bits into an fp16 pattern
@@ -220,7 +225,8 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                     BS: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, GROUP: tl.constexpr,
                     NDOT: tl.constexpr, USE_WS: tl.constexpr, ASM: tl.constexpr, HW_FP8: tl.constexpr,
-                    ACT_PAIRS: tl.constexpr, POW2: tl.constexpr, DOT_F32: tl.constexpr):
+                    ACT_PAIRS: tl.constexpr, POW2: tl.constexpr, DOT_F32: tl.constexpr,
+                    LOOP_STAGES: tl.constexpr):
     """Y[m, n] for m < M <= BLOCK_M: column j * BLOCK_M + m of the dot is chunk j's partial sum for
     row m, scaled per (row, chunk) in float32 and summed over j at the end."""
     pid_n = tl.program_id(0)
@@ -244,7 +250,7 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
     kb_start = pid_k * kb_per_split
     kb_end = tl.minimum(kb_start + kb_per_split, Kb)
     acc = tl.zeros((BLOCK_N, NC), tl.float32)
-    for kb0 in range(kb_start, kb_end, DK * NDOT):
+    for kb0 in tl.range(kb_start, kb_end, DK * NDOT, num_stages=LOOP_STAGES):
         for d in tl.static_range(NDOT):
             c0 = kb0 + d * DK
             byte = c0 + tl.arange(0, DK)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from onnxfuse.kernels import triton_env
 from onnxfuse.kernels.decode import decode_element, decode_scale
+from onnxfuse.kernels.launch_math import cdiv, next_pow2
 
 torch, triton, tl = triton_env.load()
 
@@ -57,8 +58,6 @@ def dequant_rows_kernel(x_ptr, s_ptr, z_ptr, gs_ptr, idx_ptr, out_ptr,
 def decode_rows_device(x, scale, zero_point, global_scale, *, K, block_size, element, scale_code,
                        out_dtype, indices=None, block_r=None, block_k=None):
     """Launch dequant_rows_kernel: rows of x (or x[indices]) -> [R, K] tensor of out_dtype."""
-    import triton as _triton
-
     V = x.shape[0]
     if indices is not None:
         idx = indices.reshape(-1).contiguous()
@@ -71,10 +70,10 @@ def decode_rows_device(x, scale, zero_point, global_scale, *, K, block_size, ele
         return out
     G = scale.shape[1]
     if block_k is None:
-        block_k = min(1024, _triton.next_power_of_2(K))
+        block_k = min(1024, next_pow2(K))
     if block_r is None:
-        block_r = max(1, min(_triton.next_power_of_2(R), 4096 // block_k))
-    grid = (_triton.cdiv(R, block_r), _triton.cdiv(K, block_k))
+        block_r = max(1, min(next_pow2(R), 4096 // block_k))
+    grid = (cdiv(R, block_r), cdiv(K, block_k))
     dummy = x
     dequant_rows_kernel[grid](
         x, scale, zero_point if zero_point is not None else dummy,

@@ -23,6 +23,7 @@ from onnxfuse import codes
 from onnxfuse.diagnostics import OnnxfuseError
 from onnxfuse.kernels import format_codes, inputs, triton_env
 from onnxfuse.kernels.decode import decode_element
+from onnxfuse.kernels.launch_math import cdiv, next_pow2
 
 torch, triton, tl = triton_env.load()
 
@@ -241,9 +242,9 @@ def _static(rows, scale, zero_point, out, *, axis, K, block_size, x_nd, e, commo
         z_rows, stride_zr, _ = as_rows(zp.to(rows.device))
     else:
         z_rows, stride_zr = rows, 0
-    block_k = min(1024, triton.next_power_of_2(K))
-    block_r = max(1, min(triton.next_power_of_2(R), 4096 // block_k))
-    grid = (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
+    block_k = min(1024, next_pow2(K))
+    block_r = max(1, min(next_pow2(R), 4096 // block_k))
+    grid = (cdiv(R, block_r), cdiv(K, block_k))
     qdq_static_kernel[grid](rows, s_rows, z_rows, out, R, K, stride_sr, stride_zr, bs, WFMT=e.id,
                             HAS_ZP=zp is not None, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4, **common)
 
@@ -267,11 +268,11 @@ def _dynamic(rows, global_scale, out, *, K, block_size, e, rule, common):
         else:
             gs = inputs.global_scale_tensor(torch, global_scale, rows.device)
     R = rows.shape[0]
-    G = -(-K // block_size)
-    bsp = triton.next_power_of_2(block_size)
-    block_g = max(1, min(triton.next_power_of_2(G), 1024 // bsp))
-    block_r = max(1, min(triton.next_power_of_2(R), 4096 // (bsp * block_g)))
-    grid = (triton.cdiv(R, block_r), triton.cdiv(G, block_g))
+    G = cdiv(K, block_size)
+    bsp = next_pow2(block_size)
+    block_g = max(1, min(next_pow2(G), 1024 // bsp))
+    block_r = max(1, min(next_pow2(R), 4096 // (bsp * block_g)))
+    grid = (cdiv(R, block_r), cdiv(G, block_g))
     qdq_dynamic_kernel[grid](rows, gs if gs is not None else rows, out, R, K, G, block_size, RULE=_RULE[rule],
                              MX_EMAX=_MX_EMAX.get(e.name, 0), BLOCK_R=block_r, BLOCK_G=block_g, BSP=bsp,
                              num_warps=4, **common)

@@ -52,11 +52,59 @@ def test_choose_measures_once_then_reads_the_cache(tmp_path, monkeypatch):
             raise RuntimeError("out of shared memory")
         return {1: 2.0, 2: 1.0}[cfg["x"]]
 
-    assert autotune.choose(c, "key", [{"x": 1}, {"x": 2}, {"x": 3}], time_one) == {"x": 2}
+    assert autotune.choose(c, "key", lambda: [{"x": 1}, {"x": 2}, {"x": 3}], time_one) == {"x": 2}
     assert calls == [1, 2, 3]
-    assert autotune.choose(autotune.TuningCache("gpu", "v", tmp_path), "key", [{"x": 1}], time_one) == {"x": 2}
+
+    def unbuilt():
+        raise AssertionError("a cache hit must not build the candidate list")
+
+    assert autotune.choose(autotune.TuningCache("gpu", "v", tmp_path), "key", unbuilt, time_one) == {"x": 2}
     assert calls == [1, 2, 3]
 
 
 def test_m_buckets():
     assert [autotune.m_bucket(m) for m in (1, 2, 3, 5, 16, 17, 5000)] == [1, 2, 4, 8, 16, 32, 4096]
+
+
+def test_launch_math_matches_triton():
+    import math
+
+    from onnxfuse.kernels import triton_env
+    from onnxfuse.kernels.launch_math import cdiv, next_pow2, pow2_floor
+
+    _, triton, _ = triton_env.load()  # (sets the interpreter up first on a machine without CUDA)
+
+    for x in range(1, 2100):
+        assert next_pow2(x) == triton.next_power_of_2(x), x
+        assert pow2_floor(x) == 2 ** int(math.log2(x)), x
+        for b in (1, 3, 16, 128, 1024):
+            assert cdiv(x, b) == triton.cdiv(x, b), (x, b)
+    assert next_pow2(0) == 1 and pow2_floor(0) == 1 and cdiv(0, 16) == 0
+
+
+def test_a_cached_config_costs_no_candidate_list(tmp_path, monkeypatch):
+    """A DequantMatMul call that hits the tuning cache must not build (or time) the candidates:
+    building them took more host time than a small-M kernel runs."""
+    import importlib
+
+    import torch
+
+    from onnxfuse.kernels import inputs, triton_env
+
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
+    monkeypatch.setenv("ONNXFUSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "tuning_enabled", lambda: True)
+    monkeypatch.setattr(triton_env, "interpreting", lambda: False)
+    built = []
+    real = D.tuning_candidates
+    monkeypatch.setattr(D, "tuning_candidates", lambda *a, **k: built.append(1) or real(*a, **k))
+    monkeypatch.setattr(D, "_time_config", lambda fn: 1.0)
+    e, sc = inputs.formats("int4", "float16")
+    a, w = torch.zeros(1, 64, dtype=torch.float16), torch.zeros(32, 32, dtype=torch.uint8)
+    s, out = torch.ones(32, 2, dtype=torch.float16), torch.empty(1, 32, dtype=torch.float16)
+    kw = dict(gemv=True, K=64, N=32, block_size=32, element=e, scale_code=sc)
+    monkeypatch.setattr(D, "_launch", lambda *a, **k: None)
+    first = D._pick_config(a, w, s, None, None, None, out, **kw)
+    assert built == [1]
+    assert D._pick_config(a, w, s, None, None, None, out, **kw) == first
+    assert built == [1]
