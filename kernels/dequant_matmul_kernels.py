@@ -7,6 +7,13 @@ loaded once per (row, block), never per element. The codes sharing a byte (sub-p
 are decoded one sub-position at a time; the activation is loaded at the matching K positions
 (k = byte * CPB + sub), so no interleaving shuffle of the weight is needed.
 
+SWAP_AB computes the transposed product, acc[BLOCK_N, BLOCK_M] = W_tile @ A^T: the decoded weight
+is then the dot's left operand, which Triton stages for wgmma with 64-bit shared-memory stores
+instead of the 16-bit ones the right operand takes (sm_90 SASS). With F16_CODES (fp16 A and fp16
+scales, integer codes) the codes are made in fp16 lanes straight from their bits and scaled with
+an fp16 multiply: bit-identical to the float32 decode cast to fp16, since q * s is exact in float32
+(at most 8 + 11 significant bits) and both round it once.
+
 Split-K (grid axis 1) lets small-N layers keep every SM streaming weight: partial sums go to a
 float32 workspace with atomic adds and a tiny epilogue adds the bias and casts.
 """
@@ -76,12 +83,39 @@ def _pick(s0, s1, s2, s3, SUB: tl.constexpr):
 
 
 @triton.jit
+def _f16_codes(wb, SUB: tl.constexpr, BITS: tl.constexpr, SIGNED: tl.constexpr):
+    """Sub-position SUB's integer codes as fp16: the field (sign bit flipped for signed codes, so it
+    is code + 2^(BITS-1)) under fp16's 1024 (0x6400), minus 1024 (+ 2^(BITS-1))."""
+    HALF: tl.constexpr = (1 << (BITS - 1)) if SIGNED else 0
+    f = ((wb.to(tl.int16) >> (SUB * BITS)) & ((1 << BITS) - 1)) ^ HALF
+    return (f | 0x6400).to(tl.float16, bitcast=True) - (1024.0 + HALF)
+
+
+@triton.jit
+def _dot_acc(a, w, acc, SWAP_AB: tl.constexpr, DOT_F32: tl.constexpr):
+    """acc + a @ w^T ([BLOCK_M, BLOCK_N]), or acc + w @ a^T ([BLOCK_N, BLOCK_M]) with SWAP_AB."""
+    if DOT_F32:  # fp32 activations; also bf16 in the interpreter, whose bf16 dot is wrong
+        w = w.to(a.dtype).to(tl.float32)  # (a no-op for fp32) rounds like the GPU bf16 operand
+        a = a.to(tl.float32)
+        if SWAP_AB:
+            r = tl.dot(w, tl.trans(a), acc, input_precision="ieee")
+        else:
+            r = tl.dot(a, tl.trans(w), acc, input_precision="ieee")
+    elif SWAP_AB:
+        r = tl.dot(w.to(a.dtype), tl.trans(a), acc)
+    else:
+        r = tl.dot(a, tl.trans(w.to(a.dtype)), acc)
+    return r
+
+
+@triton.jit
 def dqmm_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_ptr,
                      M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_zn, stride_om, kb_per_split,
                      WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
                      BS: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NG: tl.constexpr, BSB: tl.constexpr,
-                     ATOMIC: tl.constexpr, GROUP_M: tl.constexpr, DOT_F32: tl.constexpr):
+                     ATOMIC: tl.constexpr, GROUP_M: tl.constexpr, DOT_F32: tl.constexpr,
+                     SWAP_AB: tl.constexpr, F16_CODES: tl.constexpr):
     """Y = A @ W: weights decoded in registers to A's dtype (fp16/bf16) feeding tl.dot, fp32 accumulate."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -104,7 +138,10 @@ def dqmm_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_p
     kb_start = pid_k * kb_per_split
     kb_end = tl.minimum(kb_start + kb_per_split, Kb)
     a_rows = a_ptr + offs_m[:, None].to(tl.int64) * stride_am
-    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for kb0 in range(kb_start, kb_end, BLOCK_KB):
         wb, byte, s, z = _load_block_tile(w_ptr, s_ptr, z_ptr, offs_n, n_mask, kb0, Kb, G, stride_wn, stride_sn,
                                           stride_zn, WFMT, SFMT, CPB, BS, HAS_ZP, NG, BSB)
@@ -112,16 +149,19 @@ def dqmm_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_p
         a_all = tl.load(a_rows + kk[None, :], mask=m_mask[:, None] & (kk < K)[None, :], other=0.0)
         as0, as1, as2, as3 = _split_subs(a_all, CPB)
         for sub in tl.static_range(CPB):
-            q = decode_element((wb >> (sub * BITS)) & MASK, WFMT)
-            if HAS_ZP:
-                q = q - z[:, :, None]
-            w = tl.reshape(q * s[:, :, None], (BLOCK_N, BLOCK_KB))
-            a = _pick(as0, as1, as2, as3, sub)
-            if DOT_F32:  # fp32 activations; also bf16 in the interpreter, whose bf16 dot is wrong
-                w = w.to(a.dtype).to(tl.float32)  # (a no-op for fp32) rounds like the GPU bf16 operand
-                acc = tl.dot(a.to(tl.float32), tl.trans(w), acc, input_precision="ieee")
+            if F16_CODES:
+                q = _f16_codes(wb, sub, BITS, WFMT % 2 == 0)
+                if HAS_ZP:
+                    q = q - z[:, :, None].to(tl.float16)
+                w = tl.reshape(q * s[:, :, None].to(tl.float16), (BLOCK_N, BLOCK_KB))
             else:
-                acc = tl.dot(a, tl.trans(w.to(a.dtype)), acc)
+                q = decode_element((wb >> (sub * BITS)) & MASK, WFMT)
+                if HAS_ZP:
+                    q = q - z[:, :, None]
+                w = tl.reshape(q * s[:, :, None], (BLOCK_N, BLOCK_KB))
+            acc = _dot_acc(_pick(as0, as1, as2, as3, sub), w, acc, SWAP_AB, DOT_F32)
+    if SWAP_AB:
+        acc = tl.trans(acc)
     if HAS_GS:
         acc = acc * tl.load(gs_ptr).to(tl.float32)
     mask = m_mask[:, None] & n_mask[None, :]

@@ -19,6 +19,9 @@ from onnxfuse.diagnostics import OnnxfuseError  # noqa: E402
 from onnxfuse.kernels import reference as ref  # noqa: E402
 
 from onnxfuse.kernels import triton_env  # noqa: E402
+from onnxfuse.kernels.dequant_matmul_kernels import _f16_codes  # noqa: E402
+
+_, triton, tl = triton_env.load()
 
 # Unit roundoff of each dtype. Triton 3.9's interpreter casts float32 -> bfloat16 by truncation
 # (measured: 1 + 2^-8 + 2^-10 -> 1.0), an error of up to one ulp instead of half.
@@ -113,6 +116,46 @@ def test_split_k_and_multi_block_tiles(gemv):
         bias = rng.standard_normal(N).astype(np.float32)
         y = _run(case, a, bias, N=N, config=cfg)
         _check(y, case, a, bias, dot_dtype=torch.float32)
+
+
+@pytest.mark.parametrize("wf,sf,zp", [("int4", "float16", False), ("uint4", "float16", True), ("int8", "float16", False),
+                                      ("uint8", "float16", True), ("int2", "float16", False),
+                                      ("float4e2m1", "float8e8m0", False), ("int4", "bfloat16", False)])
+def test_gemm_swap_ab(wf, sf, zp):
+    """The GEMM as W @ A^T (SWAP_AB), forced: fp16 activations with fp16 scales take the fp16-lane
+    integer decode (F16_CODES), bf16 and the other formats the float32 one; ragged M, N and K,
+    split-K with the atomic workspace."""
+    rng = np.random.default_rng(abs(hash((wf, sf, zp))) % 2**32)
+    K, N, M = 200, 37, 70
+    case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=32, zero_point=zp)
+    for dtype, split in ((torch.float16, 1), (torch.bfloat16, 2), (torch.float16, 2)):
+        cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_KB=16, SPLIT_K=split, num_warps=4, num_stages=1, GROUP_M=2,
+                   SWAP_AB=True)
+        a = rng.standard_normal((M, K)).astype(np.float32)
+        bias = rng.standard_normal(N).astype(np.float32)
+        y = _run(case, a, bias, N=N, config=cfg, dtype=dtype)
+        _check(y, case, a, bias, dot_dtype=dtype)
+
+
+@triton.jit
+def _f16_codes_probe(w_ptr, out_ptr, SUB: tl.constexpr, BITS: tl.constexpr, SIGNED: tl.constexpr):
+    offs = tl.arange(0, 256)
+    tl.store(out_ptr + offs, _f16_codes(tl.load(w_ptr + offs).to(tl.int32), SUB, BITS, SIGNED))
+
+
+def test_f16_codes_are_the_float32_decode():
+    """_f16_codes (the fp16-lane integer decode) gives every code of every integer format exactly."""
+    from onnxfuse.kernels import inputs
+
+    byte = torch.arange(256, dtype=torch.uint8)
+    for name in sorted(INT_FORMATS):
+        e, _ = inputs.formats(name, "float16")
+        for sub in range(e.codes_per_byte):
+            got = torch.empty(256, dtype=torch.float16)
+            _f16_codes_probe[(1,)](byte, got, SUB=sub, BITS=e.bits, SIGNED=e.signed)
+            field = (np.arange(256) >> (sub * e.bits)) & ((1 << e.bits) - 1)
+            want = np.where(field >= (1 << (e.bits - 1)), field - (1 << e.bits), field) if e.signed else field
+            np.testing.assert_array_equal(got.numpy(), want.astype(np.float16), err_msg=f"{name} sub {sub}")
 
 
 MMA_CASES = [  # (weight_format, scale_format, block_size, zero point, two-level)

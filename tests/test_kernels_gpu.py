@@ -63,6 +63,25 @@ def test_swap_ab_kernel_realistic(case_args):
                     "16 bytes a dot)")
 
 
+@pytest.mark.parametrize("case_args", CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
+def test_gemm_configs_realistic(case_args):
+    """Every large-M GEMM config forced, SWAP_AB (fp16-lane codes with fp16 A and scales) included,
+    at M = 300 fp16 and M = 130 bf16."""
+    import importlib
+
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
+    from onnxfuse.kernels import format_codes, inputs
+
+    wf, sf, bs, zp, _ = case_args
+    e, _ = inputs.formats(wf, sf)
+    if format_codes.fast_path_reason(e, bs) is not None:
+        pytest.skip(f"{wf} with block size {bs} always materialises")
+    case, wd = _realistic_case(case_args, seed=2)
+    for M, dtype in ((300, torch.float16), (130, torch.bfloat16)):
+        for cfg in D.gemm_candidates(M, case.w.shape[0], case.w.shape[1], e, torch.device("cuda")):
+            _check_one(case, wd, M, dtype, config=cfg)
+
+
 def _realistic_case(case_args, *, seed):
     """A K=4096, N=1536 row-layout case and its decoded weight (float64, on the GPU)."""
     wf, sf, bs, zp, two = case_args
