@@ -5,14 +5,21 @@ $ONNXFUSE_CACHE_DIR (default ~/.cache/onnxfuse/autotune), one JSON file per GPU 
 version, written atomically (temporary file, then rename) so concurrent processes at worst
 repeat a measurement. ONNXFUSE_AUTOTUNE=0 skips measuring and uses each kernel's heuristic
 default (the interpreter always does).
+
+Each tuning is reported on the logger "onnxfuse.kernels.autotune" (INFO: key, configs timed,
+seconds, the choice), and printed to stderr under TRITON_PRINT_AUTOTUNING=1 as Triton's own
+autotuner does.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -51,9 +58,12 @@ class TuningCache:
     def get(self, key: str) -> dict | None:
         return self._load().get(key)
 
-    def put(self, key: str, config: dict) -> None:
+    def put(self, key: str, config: dict, *, persist: bool = True) -> None:
+        """Remember config for key in this process, and on disk unless persist is False."""
         entries = self._load()
         entries[key] = config
+        if not persist:
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Merge with what another process may have written meanwhile.
@@ -78,7 +88,7 @@ def tuning_enabled() -> bool:
 
 def choose(cache: TuningCache, key: str, candidates: Callable[[], Sequence[dict]],
            time_one: Callable[[dict], float]) -> dict:
-    """The cached config for key, else the fastest of candidates() by time_one (seconds or ms),
+    """The cached config for key, else the fastest of candidates() by time_one (milliseconds),
     cached. The list is built only on a miss: building it costs more host time than a hit."""
     hit = cache.get(key)
     if hit is not None:
@@ -86,6 +96,7 @@ def choose(cache: TuningCache, key: str, candidates: Callable[[], Sequence[dict]
     candidates = candidates()
     if not tuning_enabled() or len(candidates) == 1:
         return dict(candidates[0])
+    t0 = time.perf_counter()
     best, best_t = None, float("inf")
     for cfg in candidates:
         try:
@@ -94,11 +105,25 @@ def choose(cache: TuningCache, key: str, candidates: Callable[[], Sequence[dict]
             continue
         if t < best_t:
             best, best_t = cfg, t
+    elapsed = time.perf_counter() - t0
     if best is None:
+        _log.warning("autotune %s: none of %d configs ran (%.1f s); using the first, untimed", key,
+                     len(candidates), elapsed)
+        cache.put(key, dict(candidates[0]), persist=False)  # not again in this process; the next one retries
         return dict(candidates[0])
     chosen = dict(best)
     cache.put(key, chosen)
+    _report(f"autotune {key}: {len(candidates)} configs in {elapsed:.1f} s; best {1e3 * best_t:.1f} us: {chosen}")
     return chosen
+
+
+_log = logging.getLogger(__name__)
+
+
+def _report(message: str) -> None:
+    _log.info(message)
+    if os.environ.get("TRITON_PRINT_AUTOTUNING", "0") not in ("", "0"):
+        print(f"onnxfuse {message}", file=sys.stderr)
 
 
 _caches: dict[tuple, TuningCache] = {}

@@ -41,8 +41,10 @@ def test_tuning_cache_round_trips_and_survives_a_corrupt_file(tmp_path):
     assert autotune.TuningCache("NVIDIA H200", "3.6.0", tmp_path).get("k") is None
 
 
-def test_choose_measures_once_then_reads_the_cache(tmp_path, monkeypatch):
+def test_choose_measures_once_then_reads_the_cache(tmp_path, monkeypatch, caplog, capsys):
     monkeypatch.setattr(autotune, "tuning_enabled", lambda: True)
+    monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
+    caplog.set_level("INFO", logger="onnxfuse.kernels.autotune")
     c = autotune.TuningCache("gpu", "v", tmp_path)
     calls = []
 
@@ -54,12 +56,27 @@ def test_choose_measures_once_then_reads_the_cache(tmp_path, monkeypatch):
 
     assert autotune.choose(c, "key", lambda: [{"x": 1}, {"x": 2}, {"x": 3}], time_one) == {"x": 2}
     assert calls == [1, 2, 3]
+    assert "autotune key: 3 configs in" in caplog.text and "best 1000.0 us: {'x': 2}" in caplog.text
+    assert "onnxfuse autotune key: 3 configs" in capsys.readouterr().err
 
     def unbuilt():
         raise AssertionError("a cache hit must not build the candidate list")
 
     assert autotune.choose(autotune.TuningCache("gpu", "v", tmp_path), "key", unbuilt, time_one) == {"x": 2}
     assert calls == [1, 2, 3]
+
+
+def test_choose_warns_when_no_config_runs(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(autotune, "tuning_enabled", lambda: True)
+
+    def time_one(cfg):
+        raise RuntimeError("no kernel image")
+
+    c = autotune.TuningCache("gpu", "v", tmp_path)
+    assert autotune.choose(c, "key", lambda: [{"x": 1}, {"x": 2}], time_one) == {"x": 1}
+    assert "none of 2 configs ran" in caplog.text
+    assert c.get("key") == {"x": 1}  # not tried again in this process
+    assert autotune.TuningCache("gpu", "v", tmp_path).get("key") is None  # but the next one retries
 
 
 def test_m_buckets():
