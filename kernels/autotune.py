@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+_log = logging.getLogger(__name__)
+
 
 def cache_dir() -> Path:
     env = os.environ.get("ONNXFUSE_CACHE_DIR")
@@ -115,9 +117,6 @@ def choose(cache: TuningCache, key: str, candidates: Callable[[], Sequence[dict]
     cache.put(key, chosen)
     _report(f"autotune {key}: {len(candidates)} configs in {elapsed:.1f} s; best {1e3 * best_t:.1f} us: {chosen}")
     return chosen
-
-
-_log = logging.getLogger(__name__)
 
 
 def _report(message: str) -> None:

@@ -118,9 +118,10 @@ def test_split_k_and_multi_block_tiles(gemv):
         _check(y, case, a, bias, dot_dtype=torch.float32)
 
 
-@pytest.mark.parametrize("wf,sf,zp", [("int4", "float16", False), ("uint4", "float16", True), ("int8", "float16", False),
-                                      ("uint8", "float16", True), ("int2", "float16", False),
-                                      ("float4e2m1", "float8e8m0", False), ("int4", "bfloat16", False)])
+@pytest.mark.parametrize("wf,sf,zp", [("int4", "float16", False), ("uint4", "float16", True),
+                                      ("int8", "float16", False), ("uint8", "float16", True),
+                                      ("int2", "float16", False), ("float4e2m1", "float8e8m0", False),
+                                      ("int4", "bfloat16", False)])
 def test_gemm_swap_ab(wf, sf, zp):
     """The GEMM as W @ A^T (SWAP_AB), forced: fp16 activations with fp16 scales take the fp16-lane
     integer decode (F16_CODES), bf16 and the other formats the float32 one; ragged M, N and K,
