@@ -39,6 +39,7 @@ FORMATS = {
     "nvfp4": ("float4e2m1", "float8e4m3fn", 16, True, None),
 }
 L2_BYTES = 60 * 2**20
+SCALE_USE = [("DequantMatMul", "scale")]  # (a) gets its scales in the layout a session loads them in
 
 
 def graph_time_us(torch, fns, reps=5) -> float:
@@ -157,7 +158,7 @@ def precompile(torch, fmts, ms, threads: int) -> float:
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")  # the module (the package exports a function)
-    from onnxfuse.kernels import inputs, reference as ref
+    from onnxfuse.kernels import inputs, prepare_constant, reference as ref
 
     rng = np.random.default_rng(1)
     tasks = []
@@ -166,7 +167,8 @@ def precompile(torch, fmts, ms, threads: int) -> float:
         wf, sf, bs, two, _ = FORMATS[fname]
         c = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, global_scale=two)
         e, sc = inputs.formats(wf, sf)
-        w, s = torch.from_numpy(c.w).cuda(), torch.from_numpy(c.scale).cuda()
+        w = torch.from_numpy(c.w).cuda()
+        s = prepare_constant(torch.from_numpy(c.scale).cuda(), SCALE_USE)
         gs = torch.from_numpy(c.global_scale).cuda().reshape(1) if two else None
         for M in ms:
             a = torch.randn(M, K, dtype=torch.float16, device="cuda")
@@ -206,6 +208,7 @@ def main(argv=None) -> int:
     import triton
 
     from onnxfuse.kernels import reference as ref
+    from onnxfuse.kernels import prepare_constant
     from onnxfuse.kernels.dequant_matmul import dequant_matmul
     from onnxfuse import formats as F
 
@@ -256,6 +259,7 @@ def main(argv=None) -> int:
             copies = max(1, math.ceil(4 * L2_BYTES / wbytes))
             wt = [torch.from_numpy(case.w).cuda() for _ in range(copies)]
             st = [torch.from_numpy(case.scale).cuda() for _ in range(copies)]
+            st_a = [prepare_constant(s, SCALE_USE) for s in st]
             gs = torch.from_numpy(case.global_scale).cuda() if two else None
             wdec = torch.from_numpy(case.decoded()).cuda().to(torch.float16)
             wdec_copies = [wdec] + [wdec.clone() for _ in range(max(1, math.ceil(4 * L2_BYTES / wdec.nbytes)) - 1)]
@@ -268,11 +272,11 @@ def main(argv=None) -> int:
                 outs = [torch.empty(M, N, dtype=torch.float16, device="cuda") for _ in range(copies)]
                 kw = dict(K=K, N=N, block_size=bs, weight_format=wf, scale_format=sf)
                 # correctness spot check against the fp16 pre-dequantized weight
-                y = dequant_matmul(a, wt[0], st[0], None, gs, None, out=outs[0], **kw)
+                y = dequant_matmul(a, wt[0], st_a[0], None, gs, None, out=outs[0], **kw)
                 want = torch.matmul(a.float(), wdec.float().t())
                 rel = ((y.float() - want).norm() / want.norm()).item()
                 ta = graph_time_us(torch, [
-                    (lambda i=i: dequant_matmul(a, wt[i], st[i], None, gs, None, out=outs[i], **kw))
+                    (lambda i=i: dequant_matmul(a, wt[i], st_a[i], None, gs, None, out=outs[i], **kw))
                     for i in range(copies)])
                 tb = float("nan")
                 if not args.no_torch:

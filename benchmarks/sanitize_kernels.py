@@ -9,6 +9,7 @@ from onnxfuse.kernels.dequant_matmul import dequant_matmul as dqmm
 
 rng = np.random.default_rng(0)
 t = lambda x: None if x is None else torch.from_numpy(np.ascontiguousarray(x)).cuda()  # noqa: E731
+col = lambda x: None if x is None else t(x).t().contiguous().t()  # noqa: E731 - the layout a session loads scales in
 for wf, sf, bs, zp, two in (("int4", "float16", 32, True, False), ("float4e2m1", "float8e4m3fn", 16, False, True),
                             ("float8e4m3fn", "float8e8m0", 32, False, False), ("int2", "bfloat16", 64, True, False),
                             ("int4", "float32", 3, False, False)):
@@ -19,6 +20,8 @@ for wf, sf, bs, zp, two in (("int4", "float16", 32, True, False), ("float4e2m1",
         bias = torch.randn(N, device="cuda", dtype=torch.float16)
         kw = dict(K=K, N=N, block_size=bs, weight_format=wf, scale_format=sf)
         dequant_matmul(a, t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), bias, **kw)
+        dequant_matmul(a, t(c.w), col(c.scale), col(c.zero_point), t(c.global_scale), bias, **kw)
+        dqmm(a, t(c.w), col(c.scale), col(c.zero_point), t(c.global_scale), bias, config=dict(MATERIALISE=True), **kw)
         if bs != 3:
             split_cfg = (dict(BLOCK_N=16, BLOCK_KB=32, SPLIT_K=4, num_warps=4, num_stages=2) if M <= 4 else
                          dict(BLOCK_M=16, BLOCK_N=32, BLOCK_KB=32, SPLIT_K=3, num_warps=4, num_stages=2, GROUP_M=4))

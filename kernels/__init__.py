@@ -12,9 +12,10 @@ import importlib
 import sys
 import types
 
+from onnxfuse.kernels.constant_layout import prepare_constant
 from onnxfuse.kernels.support import supported
 
-__all__ = ["dequant_matmul", "dequant_gather", "dequantize", "quantize_dequantize", "supported"]
+__all__ = ["dequant_matmul", "dequant_gather", "dequantize", "quantize_dequantize", "prepare_constant", "supported"]
 
 
 def dequant_matmul(a, w, scale, zero_point, global_scale, bias, *, K, N, block_size, weight_format,

@@ -101,6 +101,7 @@ def _act_block_sums(a, NG: tl.constexpr, BSB: tl.constexpr):
 
 @triton.jit
 def _gemv_step(kb0, acc0, acc1, acc2, acc3, a_ptr, rows, s_rows, z_rows, n_mask, kb_end, M, K, G, stride_am,
+               stride_sg, stride_zg,
                WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr, BS: tl.constexpr,
                FLIP: tl.constexpr, HAS_ZP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                NG: tl.constexpr, BSB: tl.constexpr, HW_FP8: tl.constexpr, ACT_BASE: tl.constexpr,
@@ -116,7 +117,7 @@ def _gemv_step(kb0, acc0, acc1, acc2, acc3, a_ptr, rows, s_rows, z_rows, n_mask,
         wb = _fp4_pairs(wb)
     grp = (kb0 * CPB) // BS + tl.arange(0, NG)
     smask = n_mask[:, None] & (grp < G)[None, :]
-    s = decode_scale(tl.load(s_rows + grp[None, :], mask=smask, other=0), SFMT)
+    s = decode_scale(tl.load(s_rows + grp[None, :] * stride_sg, mask=smask, other=0), SFMT)
     t0 = tl.zeros((BLOCK_N, BLOCK_KB), tl.float32)
     t1 = tl.zeros((BLOCK_N, BLOCK_KB), tl.float32)
     t2 = tl.zeros((BLOCK_N, BLOCK_KB), tl.float32)
@@ -147,7 +148,7 @@ def _gemv_step(kb0, acc0, acc1, acc2, acc3, a_ptr, rows, s_rows, z_rows, n_mask,
             if HAS_ZP:
                 u3 += _act_block_sums(a, NG, BSB) * (1.0 / r)
     if HAS_ZP:
-        z = decode_element(tl.load(z_rows + grp[None, :], mask=smask, other=0).to(tl.int32), WFMT)
+        z = decode_element(tl.load(z_rows + grp[None, :] * stride_zg, mask=smask, other=0).to(tl.int32), WFMT)
     else:
         z = s
     acc0 += _scaled_part(t0, u0, z, s, HAS_ZP, BLOCK_N, NG, BSB)
@@ -161,7 +162,8 @@ def _gemv_step(kb0, acc0, acc1, acc2, acc3, a_ptr, rows, s_rows, z_rows, n_mask,
 
 @triton.jit
 def dqmm_gemv_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_ptr,
-                     M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_zn, stride_om, kb_per_split,
+                     M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg, stride_om,
+                     kb_per_split,
                      WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
                      BS: tl.constexpr, FLIP: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NG: tl.constexpr,
@@ -189,14 +191,16 @@ def dqmm_gemv_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_p
     # only pipelines loads feeding tl.dot; a GEMV's limit is the bytes in flight per SM)
     if LOOP_STAGES > 1:
         for kb0 in tl.range(kb_start, kb_end, BLOCK_KB, num_stages=LOOP_STAGES):
-            acc0, acc1, acc2, acc3 = _gemv_step(kb0, acc0, acc1, acc2, acc3, a_ptr, rows, s_rows, z_rows, n_mask, kb_end, M, K, G,
-                                            stride_am, WFMT, SFMT, BITS, CPB, BS, FLIP, HAS_ZP, BLOCK_M, BLOCK_N, NG,
-                                            BSB, HW_FP8, ACT_BASE, ACT_SHIFT)
+            acc0, acc1, acc2, acc3 = _gemv_step(kb0, acc0, acc1, acc2, acc3, a_ptr, rows, s_rows, z_rows, n_mask,
+                                                kb_end, M, K, G, stride_am, stride_sg, stride_zg, WFMT, SFMT, BITS,
+                                                CPB, BS, FLIP, HAS_ZP, BLOCK_M, BLOCK_N, NG, BSB, HW_FP8, ACT_BASE,
+                                                ACT_SHIFT)
     else:
         for kb0 in range(kb_start, kb_end, BLOCK_KB):
-            acc0, acc1, acc2, acc3 = _gemv_step(kb0, acc0, acc1, acc2, acc3, a_ptr, rows, s_rows, z_rows, n_mask, kb_end, M, K, G,
-                                            stride_am, WFMT, SFMT, BITS, CPB, BS, FLIP, HAS_ZP, BLOCK_M, BLOCK_N, NG,
-                                            BSB, HW_FP8, ACT_BASE, ACT_SHIFT)
+            acc0, acc1, acc2, acc3 = _gemv_step(kb0, acc0, acc1, acc2, acc3, a_ptr, rows, s_rows, z_rows, n_mask,
+                                                kb_end, M, K, G, stride_am, stride_sg, stride_zg, WFMT, SFMT, BITS,
+                                                CPB, BS, FLIP, HAS_ZP, BLOCK_M, BLOCK_N, NG, BSB, HW_FP8, ACT_BASE,
+                                                ACT_SHIFT)
     gs = 1.0
     if HAS_GS:
         gs = tl.load(gs_ptr).to(tl.float32)

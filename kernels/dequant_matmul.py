@@ -5,7 +5,7 @@
   4 < M            dqmm_gemm_kernel (tl.dot, fp16/bf16 operands, fp32 accumulate; split-K for small M)
   M <= 16          the autotuner also times dqmm_mma_kernel (swap-AB tensor cores for fp16/bf16 A;
                    see kernels/dequant_mma_kernel.py)
-  large M          the autotuner may instead pick "materialise": decode W once to A's dtype and
+  M >= 256         the autotuner may instead pick "materialise": decode W once to A's dtype and
                    run cuBLAS, when that measures faster (the decode is one pass over W)
   other blocks     block sizes that are not a power of two or split a byte: materialise (exact,
                    any block size)
@@ -101,9 +101,9 @@ def gemm_candidates(M, N, Kb, element, device) -> list[dict]:
         split = _split_for(progs, cdiv(Kb, bkb), sms, 2) if M <= 64 else 1
         out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_KB=bkb, SPLIT_K=split, num_warps=warps,
                         num_stages=stages, GROUP_M=8))
-    if M > 64:  # the same tile as W @ A^T (SWAP_AB; fp16 codes where exact): not yet timed on the GPU
+    if M > 64:  # the same tile as W @ A^T (SWAP_AB; fp16 codes where exact): 1.4-1.8x A @ W^T at M >= 1024
         out += [dict(c, SWAP_AB=True) for c in out]
-    if M >= 512:
+    if M >= 256:  # decoding W once (~3.7 TB/s) then cuBLAS: 1.7-2.4x the tl.dot GEMM at M = 1024 (H200)
         out.append(dict(MATERIALISE=True))
     return out
 
@@ -180,8 +180,9 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
     else:
         ws = torch.zeros((M, N), dtype=torch.float32, device=a2.device) if split > 1 else out2
     args = (a2, w, s, z if z is not None else dummy, gs if gs is not None else dummy,
-            bias if bias is not None else dummy, out2, ws, M, N, K, Kb, G, a2.stride(0), w.stride(0), s.stride(0),
-            z.stride(0) if z is not None else 0, out2.stride(0), kb_per_split)
+            bias if bias is not None else dummy, out2, ws, M, N, K, Kb, G, a2.stride(0), w.stride(0),
+            s.stride(0), s.stride(1), z.stride(0) if z is not None else 0, z.stride(1) if z is not None else 0,
+            out2.stride(0), kb_per_split)
     hw = not triton_env.interpreting()
     bias_or_dummy = bias if bias is not None else dummy
     if mma:
@@ -275,8 +276,7 @@ def dequant_matmul(a, w, scale, zero_point=None, global_scale=None, bias=None, *
     if bias is not None and tuple(bias.shape) != (N,):
         raise OnnxfuseError.of(codes.INPUT_INVALID, f"bias has shape {tuple(bias.shape)}, expected ({N},)")
     gs = inputs.global_scale_tensor(torch, global_scale, a.device)
-    w, s = w.contiguous(), s.contiguous()
-    z = z.contiguous() if z is not None else None
+    w = w.contiguous()  # (scale and zero point: any strides; column-major is the fast one, docs/kernels.md)
     lead = a.shape[:-1]
     a2 = a.reshape(math.prod(lead), K)  # (not -1: K may be 0)
     if a2.stride(-1) != 1:
@@ -312,7 +312,8 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
     if not autotune.tuning_enabled():
         return candidates()[0]
     kernel = "gemv" if gemv else "gemm"
-    key = (f"dqmm-{kernel}|v5|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
+    key = (f"dqmm-{kernel}|v6|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
+           f"s{'col' if s.stride(0) == 1 and s.shape[1] > 1 else 'row'}|"
            f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
            f"M{autotune.m_bucket(M)}|N{N}|K{K}")
     kw = dict(K=K, N=N, block_size=block_size, element=element, scale_code=scale_code)

@@ -27,8 +27,8 @@ torch, triton, tl = triton_env.load()
 
 
 @triton.jit
-def _load_block_tile(w_ptr, s_ptr, z_ptr, offs_n, n_mask, kb0, Kb, G, stride_wn, stride_sn, stride_zn,
-                     WFMT: tl.constexpr, SFMT: tl.constexpr, CPB: tl.constexpr, BS: tl.constexpr,
+def _load_block_tile(w_ptr, s_ptr, z_ptr, offs_n, n_mask, kb0, Kb, G, stride_wn, stride_sn, stride_sg, stride_zn,
+                     stride_zg, WFMT: tl.constexpr, SFMT: tl.constexpr, CPB: tl.constexpr, BS: tl.constexpr,
                      HAS_ZP: tl.constexpr, NG: tl.constexpr, BSB: tl.constexpr):
     """Bytes [BLOCK_N, NG, BSB] (int32), scales [BLOCK_N, NG] (float32), zero points [BLOCK_N, NG]."""
     g_ar = tl.arange(0, NG)
@@ -39,10 +39,11 @@ def _load_block_tile(w_ptr, s_ptr, z_ptr, offs_n, n_mask, kb0, Kb, G, stride_wn,
     wb = wb.to(tl.int32)
     grp = ((kb0 + g_ar * BSB) * CPB) // BS
     smask = n_mask[:, None] & (grp < G)[None, :]
-    raw_s = tl.load(s_ptr + offs_n[:, None].to(tl.int64) * stride_sn + grp[None, :], mask=smask, other=0)
+    raw_s = tl.load(s_ptr + offs_n[:, None].to(tl.int64) * stride_sn + grp[None, :] * stride_sg, mask=smask, other=0)
     s = decode_scale(raw_s, SFMT)
     if HAS_ZP:
-        raw_z = tl.load(z_ptr + offs_n[:, None].to(tl.int64) * stride_zn + grp[None, :], mask=smask, other=0)
+        z_at = z_ptr + offs_n[:, None].to(tl.int64) * stride_zn + grp[None, :] * stride_zg
+        raw_z = tl.load(z_at, mask=smask, other=0)
         z = decode_element(raw_z.to(tl.int32), WFMT)
     else:
         z = tl.zeros_like(s)
@@ -110,7 +111,8 @@ def _dot_acc(a, w, acc, SWAP_AB: tl.constexpr, DOT_F32: tl.constexpr):
 
 @triton.jit
 def dqmm_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_ptr,
-                     M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_zn, stride_om, kb_per_split,
+                     M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg, stride_om,
+                     kb_per_split,
                      WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
                      BS: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NG: tl.constexpr, BSB: tl.constexpr,
@@ -144,7 +146,7 @@ def dqmm_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_p
         acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for kb0 in range(kb_start, kb_end, BLOCK_KB):
         wb, byte, s, z = _load_block_tile(w_ptr, s_ptr, z_ptr, offs_n, n_mask, kb0, Kb, G, stride_wn, stride_sn,
-                                          stride_zn, WFMT, SFMT, CPB, BS, HAS_ZP, NG, BSB)
+                                          stride_sg, stride_zn, stride_zg, WFMT, SFMT, CPB, BS, HAS_ZP, NG, BSB)
         kk = kb0 * CPB + tl.arange(0, BLOCK_KB * CPB)
         a_all = tl.load(a_rows + kk[None, :], mask=m_mask[:, None] & (kk < K)[None, :], other=0.0)
         as0, as1, as2, as3 = _split_subs(a_all, CPB)

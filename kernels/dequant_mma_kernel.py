@@ -220,7 +220,8 @@ def _dot(q, a, acc, DOT_F32: tl.constexpr):
 
 @triton.jit
 def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_ptr,
-                    M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_zn, stride_om, kb_per_split,
+                    M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg, stride_om,
+                    kb_per_split,
                     WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
                     BS: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, GROUP: tl.constexpr,
@@ -262,7 +263,7 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
             gmask = n_mask[:, None] & (chunk0 < kb_end)[None, :]
             z = 0.0
             if HAS_ZP:  # GROUP == 1: one zero point a row
-                z = decode_element(tl.load(z_rows + grp, mask=gmask, other=0).to(tl.int32), WFMT)
+                z = decode_element(tl.load(z_rows + grp * stride_zg, mask=gmask, other=0).to(tl.int32), WFMT)
             q0, q1 = _codes(w, z, WFMT, BITS, CPB, DT, ASM, HW_FP8, HAS_ZP)
             zero = tl.zeros((BLOCK_N, NC), tl.float32)
             if CPB == 1:
@@ -274,7 +275,7 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                     even = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 0)
                     odd = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 1)
                 part = _dot(q1, odd, _dot(q0, even, zero, DOT_F32), DOT_F32)
-            acc += part * decode_scale(tl.load(s_rows + grp, mask=gmask, other=0), SFMT)
+            acc += part * decode_scale(tl.load(s_rows + grp * stride_sg, mask=gmask, other=0), SFMT)
     if GROUP > 1:
         y = tl.sum(tl.reshape(acc, (BLOCK_N, GROUP, BLOCK_M)), axis=1)
     else:

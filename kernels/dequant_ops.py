@@ -26,10 +26,10 @@ def _prepare(x, scale, zero_point, global_scale, *, K, block_size, weight_format
     inputs.same_device(x, scale, zero_point)
     x = inputs.codes_uint8(torch, x, what).contiguous()
     z = inputs.codes_uint8(torch, zero_point, "zero_point")
-    s = inputs.scale_storage(torch, scale, scale_code).contiguous()
+    s = inputs.scale_storage(torch, scale, scale_code)  # (any strides, as the zero point's)
     inputs.check_rows(x, s, z, K=K, block_size=block_size, element=element, what=what)
     gs = inputs.global_scale_tensor(torch, global_scale, x.device)
-    return x, s, (z.contiguous() if z is not None else None), gs, element, scale_code
+    return x, s, z, gs, element, scale_code
 
 
 def dequant_gather(table, scale, zero_point, global_scale, indices, *, D, block_size, weight_format,

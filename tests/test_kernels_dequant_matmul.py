@@ -197,6 +197,41 @@ def test_swap_ab_tensor_core_kernel(case_args):
         _check(y, case, a, bias, dot_dtype=dtype)
 
 
+def _column_major(t):
+    return None if t is None else t.t().contiguous().t()
+
+
+@pytest.mark.parametrize("wf,sf,bs,zp,two", [("uint4", "float16", 32, True, False),
+                                             ("float4e2m1", "float8e8m0", 32, False, False),
+                                             ("float4e2m1", "float8e4m3fn", 16, False, True),
+                                             ("int2", "bfloat16", 16, True, False)])
+def test_column_major_scales_give_the_same_result(wf, sf, bs, zp, two):
+    """Scale and zero point stored column-major (the layout a session loads them in,
+    kernels/constant_layout.py): GEMV, GEMM, swap-AB and materialising configs, bit for bit the
+    row-major result (the same float32 operations in the same order)."""
+    import importlib
+
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
+    from onnxfuse.kernels import inputs
+
+    rng = np.random.default_rng(11)
+    K, N = 166, 37
+    e, _ = inputs.formats(wf, sf)
+    case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp, global_scale=two)
+    w, sc, z, gs = (_t(x) for x in (case.w, case.scale, case.zero_point, case.global_scale))
+    cpu = torch.device("cpu")
+    for M, dtype in ((1, torch.float32), (3, torch.float16), (20, torch.float16)):
+        cfgs = (D.gemv_candidates if M <= 4 else D.gemm_candidates)(M, N, w.shape[1], e, cpu)
+        cfgs = cfgs + D.mma_candidates(M, N, w.shape[1], e, bs, dtype, cpu, zero_point=zp) + [dict(MATERIALISE=True)]
+        a = torch.from_numpy(rng.standard_normal((M, K)).astype(np.float32)).to(dtype)
+        for cfg in cfgs:
+            kw = dict(K=K, N=N, block_size=bs, weight_format=wf, scale_format=sf, config=cfg)
+            y_row = D.dequant_matmul(a, w, sc, z, gs, None, **kw)
+            y_col = D.dequant_matmul(a, w, _column_major(sc), _column_major(z), gs, None, **kw)
+            assert torch.equal(y_row, y_col), cfg
+        _check(y_col, case, a.float().numpy(), None, dot_dtype=dtype)
+
+
 def test_swap_ab_kernel_declines_what_it_cannot_tile():
     import importlib
 

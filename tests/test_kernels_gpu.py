@@ -34,16 +34,17 @@ CASES = [  # (weight_format, scale_format, block_size, zero point, two-level)
 @pytest.mark.parametrize("case_args", CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
 def test_dequant_matmul_realistic(case_args):
     case, wd = _realistic_case(case_args, seed=0)
-    for M, dtype in ((1, torch.float16), (3, torch.bfloat16), (16, torch.float16), (300, torch.bfloat16),
-                     (64, torch.float32)):
-        _check_one(case, wd, M, dtype, config=None)
+    for M, dtype, col in ((1, torch.float16, True), (3, torch.bfloat16, False), (16, torch.float16, True),
+                          (300, torch.bfloat16, True), (64, torch.float32, False)):
+        _check_one(case, wd, M, dtype, config=None, column_major=col)
 
 
 @pytest.mark.parametrize("case_args", CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
 def test_swap_ab_kernel_realistic(case_args):
     """Every config of the swap-AB tensor-core kernel, forced (the autotuner may not pick it at
     this shape), fp16 (the inline-PTX decoders) and bf16, M = 1 (several chunks a dot, through the
-    block-diagonal activation operand), 4 (two for NVFP4's 8-byte blocks) and 16, with split-K."""
+    block-diagonal activation operand), 4 (two for NVFP4's 8-byte blocks) and 16, with split-K; fp16
+    with column-major scales (as a session loads them), bf16 with row-major ones."""
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
@@ -56,7 +57,7 @@ def test_swap_ab_kernel_realistic(case_args):
     for M, dtype in ((1, torch.float16), (4, torch.float16), (16, torch.float16), (5, torch.bfloat16)):
         for cfg in D.mma_candidates(M, case.w.shape[0], case.w.shape[1], e, bs, dtype, torch.device("cuda"),
                                     zero_point=zp):
-            _check_one(case, wd, M, dtype, config=cfg)
+            _check_one(case, wd, M, dtype, config=cfg, column_major=dtype == torch.float16)
             ran += 1
     if not ran:
         pytest.skip(f"the swap-AB kernel does not cover {wf} with block size {bs} (needs <= 2 codes a byte, "
@@ -66,7 +67,7 @@ def test_swap_ab_kernel_realistic(case_args):
 @pytest.mark.parametrize("case_args", CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
 def test_gemm_configs_realistic(case_args):
     """Every large-M GEMM config forced, SWAP_AB (fp16-lane codes with fp16 A and scales) included,
-    at M = 300 fp16 and M = 130 bf16."""
+    at M = 300 fp16 (column-major scales) and M = 130 bf16 (row-major)."""
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
@@ -79,7 +80,7 @@ def test_gemm_configs_realistic(case_args):
     case, wd = _realistic_case(case_args, seed=2)
     for M, dtype in ((300, torch.float16), (130, torch.bfloat16)):
         for cfg in D.gemm_candidates(M, case.w.shape[0], case.w.shape[1], e, torch.device("cuda")):
-            _check_one(case, wd, M, dtype, config=cfg)
+            _check_one(case, wd, M, dtype, config=cfg, column_major=dtype == torch.float16)
 
 
 def _realistic_case(case_args, *, seed):
@@ -90,17 +91,18 @@ def _realistic_case(case_args, *, seed):
     return case, torch.from_numpy(case.decoded()).double().cuda()
 
 
-def _check_one(case, wd, M, dtype, *, config):
+def _check_one(case, wd, M, dtype, *, config, column_major=False):
     import importlib
 
     dequant_matmul = importlib.import_module("onnxfuse.kernels.dequant_matmul").dequant_matmul  # takes config=
 
     K, N = case.K, case.w.shape[0]
     dev = lambda x: None if x is None else torch.from_numpy(np.ascontiguousarray(x)).cuda()  # noqa: E731
+    lay = (lambda x: None if x is None else dev(x).t().contiguous().t()) if column_major else dev  # noqa: E731
     a = torch.randn(M, K, device="cuda").to(dtype)
     bias = torch.randn(N, device="cuda").to(dtype)
     y = torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
-    dequant_matmul(a, dev(case.w), dev(case.scale), dev(case.zero_point), dev(case.global_scale), bias, K=K, N=N,
+    dequant_matmul(a, dev(case.w), lay(case.scale), lay(case.zero_point), dev(case.global_scale), bias, K=K, N=N,
                    block_size=case.block_size, weight_format=case.weight_format, scale_format=case.scale_format,
                    out=y, config=config)
     want = a.double() @ wd.t() + bias.double()
@@ -108,7 +110,7 @@ def _check_one(case, wd, M, dtype, *, config):
     u_op = 0.0 if dtype == torch.float32 else U[dtype]
     bound = ((K + 4) * U[torch.float32] + u_op) * absdot + U[dtype] * want.abs()
     err = (y.double() - want).abs()
-    what = f"M={M} {dtype} {config}"
+    what = f"M={M} {dtype} {config} {'column' if column_major else 'row'}-major scales"
     assert torch.isfinite(y).all(), what
     assert (err <= bound).all(), f"{what}: max err/bound {(err / bound).max().item():.3g}"
     rel = (err.norm() / want.norm()).item()
@@ -130,6 +132,9 @@ def test_gather_dequantize_qdq_on_gpu():
     got = dequantize(t(case.w), t(case.scale), None, None, shape=(1000, 256), axis=1, block_size=32,
                      weight_format="float4e2m1", scale_format="float8e8m0", out_dtype=torch.float32)
     np.testing.assert_array_equal(got.cpu().numpy(), case.decoded())
+    got = dequantize(t(case.w), t(case.scale).t().contiguous().t(), None, None, shape=(1000, 256), axis=1,
+                     block_size=32, weight_format="float4e2m1", scale_format="float8e8m0", out_dtype=torch.float16)
+    np.testing.assert_array_equal(got.cpu().numpy(), case.decoded().astype(np.float16))
     x = torch.randn(64, 4096, device="cuda")
     y = quantize_dequantize(x, None, None, None, element_format="float4e2m1", axis=-1, block_size=32, mode="dynamic",
                             scale_rule="mx")

@@ -40,6 +40,24 @@ def test_dequant_gather(wf, sf, bs, zp, two):
     np.testing.assert_array_equal(got16.numpy(), want.astype(np.float16))
 
 
+@pytest.mark.parametrize("wf,sf,bs,zp", [("int4", "float16", 16, True), ("uint8", "float32", 5, True)])
+def test_column_major_scales_decode_the_same(wf, sf, bs, zp):
+    """Scale and zero point of any strides (here column-major): the blocked and the element-wise
+    row kernels give the row-major result bit for bit."""
+    rng = np.random.default_rng(3)
+    c = ref.random_rows(rng, 23, 45, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp)
+    col = lambda x: _t(x).t().contiguous().t()  # noqa: E731
+    idx = _t(np.array([3, 0, 22, -1]))
+    kw = dict(block_size=bs, weight_format=wf, scale_format=sf, out_dtype=torch.float32)
+    for s, z in ((_t(c.scale), _t(c.zero_point)), (col(c.scale), col(c.zero_point))):
+        got = dequant_gather(_t(c.w), s, z, None, idx, D=45, **kw).numpy()
+        np.testing.assert_array_equal(got, ref.dequant_gather_ref(c.w, c.scale, c.zero_point, None, idx.numpy(), D=45,
+                                                                  **{k: v for k, v in kw.items() if k != "out_dtype"}))
+        got = dequantize(_t(c.w), s, z, None, shape=(23, 45), axis=1, **kw).numpy()
+        np.testing.assert_array_equal(got, ref.dequantize_ref(c.w, c.scale, c.zero_point, None, shape=(23, 45), axis=1,
+                                                              **{k: v for k, v in kw.items() if k != "out_dtype"}))
+
+
 def test_gather_out_of_range_rows_are_nan():
     rng = np.random.default_rng(1)
     c = ref.random_rows(rng, 4, 8, weight_format="int8", scale_format="float32", block_size=8)

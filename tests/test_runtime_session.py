@@ -58,6 +58,18 @@ def test_triton_backend_in_the_interpreter_matches_the_reference(scheme, scale, 
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **_tol(dtype))
 
 
+def test_dequant_matmul_scales_are_loaded_column_major():
+    """kernels.prepare_constant: the session keeps a DequantMatMul's scales and zero points
+    column-major (the layout its kernels read fastest), its weight rows as stored."""
+    _, fused = qdq_matmul_pair("uint4", scale_format="float16", dtype=TensorProto.FLOAT16)
+    sess = InferenceSession(fused, backend="triton")
+    (node,) = [n for n in fused.graph.node if n.op_type == "DequantMatMul"]
+    consts = sess._backend._constants
+    w, s, z = (consts[name] for name in node.input[1:4])
+    assert s.shape[1] > 1 and s.stride() == (1, s.shape[0]) and z.stride() == (1, z.shape[0])
+    assert w.is_contiguous()
+
+
 def test_triton_executor_with_reference_kernels_and_torch_io():
     import torch
 

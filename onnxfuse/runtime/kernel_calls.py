@@ -47,6 +47,16 @@ def kernel_reason(node: onnx.NodeProto, kernels) -> str | None:
         return f"onnxfuse.kernels.supported() refused the node's attributes: {e}"
 
 
+def constant_uses(nodes) -> dict[str, list[tuple[str, str]]]:
+    """value name -> the (op_type, input role) pairs under which the fused nodes read it."""
+    uses: dict[str, list[tuple[str, str]]] = {}
+    for node in nodes:
+        for name, role in zip(node.input, _INPUTS.get(node.op_type, ())):
+            if name:
+                uses.setdefault(name, []).append((node.op_type, role))
+    return uses
+
+
 def kernel_keywords(node: onnx.NodeProto) -> dict:
     """The kernel function's keyword arguments for a node's attributes (docs/kernels.md)."""
     from onnxfuse.runtime.torch_dtypes import torch_dtype_of_onnx

@@ -95,15 +95,22 @@ class TritonBackend:
 
     # -- setup ------------------------------------------------------------------------------
     def _load_constants(self, model: onnx.ModelProto) -> dict:
-        """Initializers the kernels (or graph outputs) read, as device tensors, once."""
+        """Initializers the kernels (or graph outputs) read, as device tensors, once, each in the
+        layout its kernels read fastest (kernels.prepare_constant: strides only, never values)."""
         from onnxfuse.runtime.torch_dtypes import to_torch
 
-        wanted = {n for s in self.plan.segments if s.kind == "kernel" for n in s.initializers}
+        kernel_segments = [s for s in self.plan.segments if s.kind == "kernel"]
+        wanted = {n for s in kernel_segments for n in s.initializers}
         wanted |= set(self.graph_outputs)
+        uses = kernel_calls.constant_uses(s.nodes[0] for s in kernel_segments)
+        prepare = getattr(self.kernels, "prepare_constant", None)
         out = {}
         for t in model.graph.initializer:
             if t.name in wanted:
-                out[t.name] = to_torch(onnx.numpy_helper.to_array(t), self.device)
+                x = to_torch(onnx.numpy_helper.to_array(t), self.device)
+                if prepare is not None and t.name not in self.graph_outputs:
+                    x = prepare(x, uses.get(t.name, ()))
+                out[t.name] = x
         return out
 
     def _make_ort_runners(self, model, providers, sess_options) -> list:
