@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from kernels import FORMATS, L2_BYTES, graph_time_us  # noqa: E402  (benchmarks/kernels.py)
+from kernels import FORMATS, L2_BYTES, SCALE_USE, graph_time_us  # noqa: E402  (benchmarks/kernels.py)
 
 HBM_TBS = 4.05  # measured HBM read ceiling on the H200 (benchmarks/RESULTS.md)
 
@@ -40,7 +40,7 @@ def random_case(torch, N, K, wf, sf, bs, two):
     else:  # float8e4m3fn block scales of a two-level scheme
         s = torch.randint(0x30, 0x48, (N, G), dtype=torch.uint8, device="cuda")
     gs = torch.tensor([0.01], device="cuda") if two else None
-    return e, sc, w, prepare_constant(s, [("DequantMatMul", "scale")]), gs  # the layout a session loads
+    return e, sc, w, prepare_constant(s, SCALE_USE), gs  # the layout a session loads
 
 
 def best_us(D, cfgs, a, w, s, gs, out, *, gemv, **kw) -> float:
