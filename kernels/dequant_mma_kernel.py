@@ -37,80 +37,72 @@ from onnxfuse.kernels.decode import decode_element, decode_scale
 torch, triton, tl = triton_env.load()
 
 
+def _int4_ptx(signed: bool) -> str:
+    """Two int4/uint4 codes a byte -> (low, high nibbles) in fp16: each field under 0x6400 (1024),
+    low nibbles minus 1024 (+ 8), high nibbles (16x) scaled by 1/16 and offset in one HFMA2. Signed
+    fields get their sign bit flipped by the LOP3 (field ^ 8, LUT 0x6A) so each is code + 8."""
+    lo, hi, lut, off = ("0x64086408", "0x64806480", "0x6A", "0xD480D480") if signed else \
+        ("0x64006400", "0x64006400", "0xEA", "0xD400D400")
+    return f"""{{
+            .reg .b32 t0, t1, z, c1, c2, c3;
+            mov.b32 z, 0;
+            prmt.b32 t0, $4, z, 0x4140;
+            prmt.b32 t1, $4, z, 0x4342;
+            lop3.b32 $0, t0, 0x000F000F, {lo}, {lut};
+            lop3.b32 $1, t1, 0x000F000F, {lo}, {lut};
+            lop3.b32 $2, t0, 0x00F000F0, {hi}, {lut};
+            lop3.b32 $3, t1, 0x00F000F0, {hi}, {lut};
+            mov.b32 c1, {lo};
+            mov.b32 c2, 0x2C002C00;
+            mov.b32 c3, {off};
+            sub.f16x2 $0, $0, c1;
+            sub.f16x2 $1, $1, c1;
+            fma.rn.f16x2 $2, $2, c2, c3;
+            fma.rn.f16x2 $3, $3, c2, c3;
+            }}"""
+
+
+def _int8_ptx(signed: bool) -> str:
+    """Four int8/uint8 codes -> fp16: each byte under 0x64 (1024 + byte), minus 1024 (+ 128); signed
+    bytes get their sign bit flipped first (byte ^ 0x80 is code + 128)."""
+    src, flip, c = ("y", "xor.b32 y, $2, 0x80808080;", "0x64806480") if signed else ("$2", "", "0x64006400")
+    return f"""{{
+            .reg .b32 y, hi, c;
+            {flip}
+            mov.b32 hi, 0x64646464;
+            prmt.b32 $0, {src}, hi, 0x4140;
+            prmt.b32 $1, {src}, hi, 0x4342;
+            mov.b32 c, {c};
+            sub.f16x2 $0, $0, c;
+            sub.f16x2 $1, $1, c;
+            }}"""
+
+
+_INT4_SIGNED: tl.constexpr = tl.constexpr(_int4_ptx(True))
+_INT4_UNSIGNED: tl.constexpr = tl.constexpr(_int4_ptx(False))
+_INT8_SIGNED: tl.constexpr = tl.constexpr(_int8_ptx(True))
+_INT8_UNSIGNED: tl.constexpr = tl.constexpr(_int8_ptx(False))
+
+
 @triton.jit
 def _asm_int4(w, SIGNED: tl.constexpr):
-    """Four bytes of two int4/uint4 codes each -> (low nibbles, high nibbles) as fp16."""
-    if SIGNED:  # (field ^ 8) | 0x6400 is 1024 + code + 8
-        v = tl.inline_asm_elementwise(
-            """{
-            .reg .b32 t0, t1, z, c1, c2, c3;
-            mov.b32 z, 0;
-            prmt.b32 t0, $4, z, 0x4140;
-            prmt.b32 t1, $4, z, 0x4342;
-            lop3.b32 $0, t0, 0x000F000F, 0x64086408, 0x6A;
-            lop3.b32 $1, t1, 0x000F000F, 0x64086408, 0x6A;
-            lop3.b32 $2, t0, 0x00F000F0, 0x64806480, 0x6A;
-            lop3.b32 $3, t1, 0x00F000F0, 0x64806480, 0x6A;
-            mov.b32 c1, 0x64086408;
-            mov.b32 c2, 0x2C002C00;
-            mov.b32 c3, 0xD480D480;
-            sub.f16x2 $0, $0, c1;
-            sub.f16x2 $1, $1, c1;
-            fma.rn.f16x2 $2, $2, c2, c3;
-            fma.rn.f16x2 $3, $3, c2, c3;
-            }""",
-            "=r,=r,=r,=r,r", [w], dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
+    """Four bytes of two int4/uint4 codes each -> (low nibbles, high nibbles) as fp16 (_int4_ptx)."""
+    if SIGNED:
+        v = tl.inline_asm_elementwise(_INT4_SIGNED, "=r,=r,=r,=r,r", [w], dtype=(tl.float16, tl.float16),
+                                      is_pure=True, pack=4)
     else:
-        v = tl.inline_asm_elementwise(
-            """{
-            .reg .b32 t0, t1, z, c1, c2, c3;
-            mov.b32 z, 0;
-            prmt.b32 t0, $4, z, 0x4140;
-            prmt.b32 t1, $4, z, 0x4342;
-            lop3.b32 $0, t0, 0x000F000F, 0x64006400, 0xEA;
-            lop3.b32 $1, t1, 0x000F000F, 0x64006400, 0xEA;
-            lop3.b32 $2, t0, 0x00F000F0, 0x64006400, 0xEA;
-            lop3.b32 $3, t1, 0x00F000F0, 0x64006400, 0xEA;
-            mov.b32 c1, 0x64006400;
-            mov.b32 c2, 0x2C002C00;
-            mov.b32 c3, 0xD400D400;
-            sub.f16x2 $0, $0, c1;
-            sub.f16x2 $1, $1, c1;
-            fma.rn.f16x2 $2, $2, c2, c3;
-            fma.rn.f16x2 $3, $3, c2, c3;
-            }""",
-            "=r,=r,=r,=r,r", [w], dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
+        v = tl.inline_asm_elementwise(_INT4_UNSIGNED, "=r,=r,=r,=r,r", [w], dtype=(tl.float16, tl.float16),
+                                      is_pure=True, pack=4)
     return v
 
 
 @triton.jit
 def _asm_int8(w, SIGNED: tl.constexpr):
-    """Four int8/uint8 codes -> fp16: each byte under 0x64 (1024 + byte), minus 1024 (+ 128)."""
+    """Four int8/uint8 codes -> fp16 (_int8_ptx)."""
     if SIGNED:
-        v = tl.inline_asm_elementwise(
-            """{
-            .reg .b32 y, hi, c;
-            xor.b32 y, $2, 0x80808080;
-            mov.b32 hi, 0x64646464;
-            prmt.b32 $0, y, hi, 0x4140;
-            prmt.b32 $1, y, hi, 0x4342;
-            mov.b32 c, 0x64806480;
-            sub.f16x2 $0, $0, c;
-            sub.f16x2 $1, $1, c;
-            }""",
-            "=r,=r,r", [w], dtype=tl.float16, is_pure=True, pack=4)
+        v = tl.inline_asm_elementwise(_INT8_SIGNED, "=r,=r,r", [w], dtype=tl.float16, is_pure=True, pack=4)
     else:
-        v = tl.inline_asm_elementwise(
-            """{
-            .reg .b32 hi, c;
-            mov.b32 hi, 0x64646464;
-            prmt.b32 $0, $2, hi, 0x4140;
-            prmt.b32 $1, $2, hi, 0x4342;
-            mov.b32 c, 0x64006400;
-            sub.f16x2 $0, $0, c;
-            sub.f16x2 $1, $1, c;
-            }""",
-            "=r,=r,r", [w], dtype=tl.float16, is_pure=True, pack=4)
+        v = tl.inline_asm_elementwise(_INT8_UNSIGNED, "=r,=r,r", [w], dtype=tl.float16, is_pure=True, pack=4)
     return v
 
 
