@@ -3,11 +3,13 @@
 Files are written into a private staging folder next to the destination (same filesystem, so
 the final step is a rename), synced, and renamed into place. A model with external data is two
 files; both are renamed under an exclusive lock on the destination folder, data first, so two
-writers racing on one path leave one writer's pair, never a mix; SIGINT, SIGTERM and SIGHUP are
-held for the two renames. Only SIGKILL (or a power cut) landing between those two renames can
-leave the new data beside the old model. A writer killed with SIGKILL
-can leave only its hidden staging folder (`.NAME.onnxfuse-tmp.PID.*`); the next write to the same
-name removes the folders of writers that are no longer running.
+writers racing on one path leave one writer's pair, never a mix. The two renames are done by a
+short-lived helper process in a session of its own, holding the lock: a writer killed (SIGKILL
+included, or its whole process group) once they have started cannot leave the new data beside
+the old model; SIGINT, SIGTERM and SIGHUP are held until they are done. Only a power cut between
+them can. A writer killed with SIGKILL can leave only its hidden staging folder
+(`.NAME.onnxfuse-tmp.PID.*`); the next write to the same name removes the folders of writers
+that are no longer running.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import fcntl
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 from typing import Iterator
@@ -86,7 +90,8 @@ def _sync_file(path: str, mode: int) -> None:
 
 
 @contextlib.contextmanager
-def _folder_lock(folder: str) -> Iterator[int]:
+def folder_lock(folder: str) -> Iterator[int]:
+    """The exclusive lock writers hold on `folder` while they rename; taking it waits out a commit."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -107,10 +112,33 @@ def commit(pairs: list[tuple[str, str]]) -> None:
     folders = {os.path.dirname(os.path.abspath(dest)) for _, dest in pairs}
     assert len(folders) == 1, "commit() renames within one folder"
     (folder,) = folders
-    with _folder_lock(folder) as fd, _signals_deferred():
-        for staged, dest in pairs:
-            os.replace(staged, dest)
+    with folder_lock(folder) as fd, _signals_deferred():
+        if len(pairs) == 1:
+            os.replace(*pairs[0])
+        else:
+            _replace_in_helper(pairs, fd)
         os.fsync(fd)
+
+
+# argv: staged destination staged destination ...
+_RENAMER = """import os, sys
+a = sys.argv[1:]
+try:
+    for staged, dest in zip(a[::2], a[1::2]):
+        os.replace(staged, dest)
+except OSError as e:
+    sys.exit(str(e))
+"""
+
+
+def _replace_in_helper(pairs: list[tuple[str, str]], lock_fd: int) -> None:
+    """Do renames that must not be cut in two in a helper process (its own session, so a SIGKILL of
+    this process or of its group does not reach it), which shares the folder lock until it exits."""
+    helper = subprocess.run([sys.executable, "-I", "-S", "-c", _RENAMER, *(p for pair in pairs for p in pair)],
+                            pass_fds=(lock_fd,), start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if helper.returncode:
+        raise OSError(helper.stderr.strip() or f"the rename helper exited with status {helper.returncode}")
 
 
 _DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -119,7 +147,7 @@ _DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
     """Hold Ctrl-C and kill's default signal over a step that must not be cut in two (the renames of
-    one pair, the creation of a staging folder); only SIGKILL remains.
+    one pair and the wait for them, the creation of a staging folder); only SIGKILL remains.
 
     A recording handler, not a blocked signal mask: a signal that arrived just before the step is
     already pending in Python and would still be raised inside it. What was held is re-raised once

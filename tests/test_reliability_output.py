@@ -29,6 +29,12 @@ SAVER = r"""
 import sys, numpy as np, onnx_ir as ir
 from onnxfuse.model_io import save_model
 out, value, mb = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+if sys.argv[4:] == ["die-in-commit"]:  # the whole process group is killed once the rename helper has started
+    import os, signal, subprocess
+    def run_then_die(*args, **kwargs):
+        subprocess.Popen(*args, **kwargs)
+        os.killpg(0, signal.SIGKILL)
+    subprocess.run = run_then_die
 w = ir.Value(name="w", const_value=ir.tensor(np.full((mb, 262144), value, np.float32), name="w"))
 x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, w.const_value.shape[0]]))
 node = ir.node("MatMul", [x, w], outputs=[ir.Value(name="y", type=ir.TensorType(ir.DataType.FLOAT))])
@@ -39,9 +45,9 @@ print("saved", flush=True)
 """
 
 
-def _start(out: pathlib.Path, value: float) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", SAVER, str(out), str(value), str(WEIGHT_MB)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _start(out: pathlib.Path, value: float, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", SAVER, str(out), str(value), str(WEIGHT_MB), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def _save(out: pathlib.Path, value: float) -> None:
@@ -59,6 +65,11 @@ def _whole_value(out: pathlib.Path) -> float:
     lo, hi = float(w.min()), float(w.max())
     assert lo == hi == named, f"model '{model.graph.name}' paired with data holding {lo}..{hi}"
     return named
+
+
+def _settled(folder: pathlib.Path):
+    """Wait out a commit that a killed writer's rename helper may still be finishing."""
+    return atomic_write.folder_lock(str(folder))
 
 
 def _leftovers(folder: pathlib.Path) -> list[str]:
@@ -87,13 +98,23 @@ def test_interrupted_save_leaves_old_or_new_whole(tmp_path, previous, sig, delay
     time.sleep(delay)
     p.send_signal(sig)
     p.communicate(timeout=60)
-    assert _whole_value(out) in (1.0, 2.0)
+    with _settled(tmp_path):
+        assert _whole_value(out) in (1.0, 2.0)
     if sig == signal.SIGINT:
         assert _leftovers(tmp_path) == [], "KeyboardInterrupt must remove the staging folder"
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["out.onnx", "out.onnx.data"]
     _save(out, 3.0)  # the next write clears what a killed writer left
     assert _whole_value(out) == 3.0
     assert _leftovers(tmp_path) == []
+
+
+def test_writer_killed_during_its_renames_still_leaves_the_new_pair(tmp_path, previous):
+    out = _fresh(tmp_path, previous)
+    p = _start(out, 2.0, "die-in-commit")
+    p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGKILL
+    with _settled(tmp_path):
+        assert _whole_value(out) == 2.0
 
 
 def test_racing_saves_leave_one_whole_result(tmp_path, previous):
@@ -226,10 +247,11 @@ def test_interrupted_optimize_leaves_no_partial_output(tmp_path, big_input, sig,
     _, err = p.communicate(timeout=120)
     print(f"signal {sig} at {fraction:.0%}: exit {p.returncode}, output {'written' if out.exists() else 'absent'}")
     assert "Traceback" not in err
-    if os.path.exists(out):
-        _fused_whole(out)  # it finished before the signal: then it is whole
-    else:
-        assert not (tmp_path / "out.onnx.data").exists() or p.returncode == 0
+    with _settled(tmp_path):
+        if os.path.exists(out):
+            _fused_whole(out)  # it finished before the signal: then it is whole
+        else:
+            assert not (tmp_path / "out.onnx.data").exists() or p.returncode == 0
     if sig == signal.SIGINT:
         # 130: onnxfuse caught it; -SIGINT: it landed before Python's own handler was installed.
         assert p.returncode in (0, 130, -signal.SIGINT), (p.returncode, err)
