@@ -113,10 +113,11 @@ def commit(pairs: list[tuple[str, str]]) -> None:
     assert len(folders) == 1, "commit() renames within one folder"
     (folder,) = folders
     with folder_lock(folder) as fd, _signals_deferred():
-        if len(pairs) == 1:
-            os.replace(*pairs[0])
-        else:
+        if len(pairs) > 1 and sys.executable:  # (an embedding interpreter may not know its executable)
             _replace_in_helper(pairs, fd)
+        else:
+            for staged, dest in pairs:
+                os.replace(staged, dest)
         os.fsync(fd)
 
 

@@ -277,3 +277,36 @@ def _digest(path: pathlib.Path) -> str:
     for p in sorted(path.parent.glob(path.name + "*")):
         h.update(p.read_bytes())
     return h.hexdigest()
+
+
+def _small_pair_model():
+    import onnx_ir as ir
+
+    w = ir.Value(name="w", const_value=ir.tensor(np.full((64, 64), 5.0, np.float32), name="w"))
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 64]))
+    node = ir.node("MatMul", [x, w], outputs=[ir.Value(name="y", type=ir.TensorType(ir.DataType.FLOAT))])
+    graph = ir.Graph([x], node.outputs, nodes=[node], initializers=[w], opset_imports={"": 21}, name="v5")
+    return ir.Model(graph, ir_version=10)
+
+
+def test_failed_rename_in_the_helper_is_reported(tmp_path):
+    from onnxfuse.diagnostics import OnnxfuseError
+    from onnxfuse.model_io import save_model
+
+    (tmp_path / "out.onnx.data").mkdir()  # a file cannot be renamed onto a folder
+    (tmp_path / "out.onnx.data" / "keep").write_text("x")
+    with pytest.raises(OnnxfuseError, match="cannot write the model: .*out.onnx.data"):
+        save_model(_small_pair_model(), str(tmp_path / "out.onnx"), external_data=True)
+    assert not (tmp_path / "out.onnx").exists()
+    assert _leftovers(tmp_path) == []
+
+
+def test_pair_is_renamed_in_process_without_a_known_executable(tmp_path, monkeypatch):
+    from onnxfuse.model_io import save_model
+
+    monkeypatch.setattr(sys, "executable", "")
+    save_model(_small_pair_model(), str(tmp_path / "out.onnx"), external_data=True)
+    assert (tmp_path / "out.onnx.data").is_file()
+    model = onnx.load(tmp_path / "out.onnx")
+    assert float(onnx.numpy_helper.to_array(model.graph.initializer[0]).min()) == 5.0
+    assert _leftovers(tmp_path) == []
