@@ -6,10 +6,10 @@ files; both are renamed under an exclusive lock on the destination folder, data 
 writers racing on one path leave one writer's pair, never a mix. The two renames are done by a
 short-lived helper process in a session of its own, holding the lock: a writer killed (SIGKILL
 included, or its whole process group) once they have started cannot leave the new data beside
-the old model; SIGINT, SIGTERM and SIGHUP are held until they are done. Only a power cut between
-them can. A writer killed with SIGKILL can leave only its hidden staging folder
-(`.NAME.onnxfuse-tmp.PID.*`); the next write to the same name removes the folders of writers
-that are no longer running.
+the old model; SIGINT, SIGTERM and SIGHUP are held (ignored by the helper) until they are done.
+Only a power cut or a SIGKILL of every process (a container's or cgroup's) between them can. A
+writer killed with SIGKILL can leave only its hidden staging folder (`.NAME.onnxfuse-tmp.PID.*`);
+the next write to the same name removes the folders of writers that are no longer running.
 """
 
 from __future__ import annotations
@@ -43,18 +43,24 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_stale_staging(folder: str, name: str) -> None:
-    """Remove staging folders for `name` left by writers that were killed."""
+    """Remove staging folders for `name` left by writers that were killed. Under the folder lock: a
+    killed writer's rename helper may still be moving files out of its folder."""
     prefix = _staging_prefix(name)
     try:
         entries = os.listdir(folder)
     except OSError:
         return
-    for entry in entries:
-        if not entry.startswith(prefix):
-            continue
-        pid_text = entry[len(prefix):].split(".", 1)[0]
-        if pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
+    stale = [e for e in entries if e.startswith(prefix) and _dead_writers_folder(e[len(prefix):])]
+    if not stale:
+        return
+    with folder_lock(folder):
+        for entry in stale:
             shutil.rmtree(os.path.join(folder, entry), ignore_errors=True)
+
+
+def _dead_writers_folder(suffix: str) -> bool:
+    pid_text = suffix.split(".", 1)[0]
+    return pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text))
 
 
 @contextlib.contextmanager
@@ -113,16 +119,24 @@ def commit(pairs: list[tuple[str, str]]) -> None:
     assert len(folders) == 1, "commit() renames within one folder"
     (folder,) = folders
     with folder_lock(folder) as fd, _signals_deferred():
-        if len(pairs) > 1 and sys.executable:  # (an embedding interpreter may not know its executable)
+        if len(pairs) > 1 and _helper_can_run():
             _replace_in_helper(pairs, fd)
-        else:
-            for staged, dest in pairs:
+        for staged, dest in pairs:  # all of them without a helper; else what it did not rename
+            if os.path.lexists(staged):
                 os.replace(staged, dest)
         os.fsync(fd)
 
 
+def _helper_can_run() -> bool:
+    """Whether sys.executable is a Python to start the helper with: not an embedding interpreter that
+    does not know it, nor a frozen application (whose executable is the application)."""
+    return bool(sys.executable) and not getattr(sys, "frozen", False)
+
+
 # argv: staged destination staged destination ...
-_RENAMER = """import os, sys
+_RENAMER = """import os, signal, sys
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # held by the writer too; only SIGKILL remains
+    signal.signal(s, signal.SIG_IGN)
 a = sys.argv[1:]
 try:
     for staged, dest in zip(a[::2], a[1::2]):
@@ -134,7 +148,9 @@ except OSError as e:
 
 def _replace_in_helper(pairs: list[tuple[str, str]], lock_fd: int) -> None:
     """Do renames that must not be cut in two in a helper process (its own session, so a SIGKILL of
-    this process or of its group does not reach it), which shares the folder lock until it exits."""
+    this process or of its group does not reach it), which shares the folder lock until it exits.
+    A helper that exits 0 without renaming (sys.executable not a Python after all, or its status
+    lost to SIGCHLD ignored) leaves its staged files for the caller to rename."""
     helper = subprocess.run([sys.executable, "-I", "-S", "-c", _RENAMER, *(p for pair in pairs for p in pair)],
                             pass_fds=(lock_fd,), start_new_session=True,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -289,24 +289,46 @@ def _small_pair_model():
     return ir.Model(graph, ir_version=10)
 
 
-def test_failed_rename_in_the_helper_is_reported(tmp_path):
+def test_failed_rename_in_the_helper_is_reported(tmp_path, monkeypatch):
     from onnxfuse.diagnostics import OnnxfuseError
     from onnxfuse.model_io import save_model
 
+    helpers = []
+    real_run = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: helpers.append(a) or real_run(*a, **k))
     (tmp_path / "out.onnx.data").mkdir()  # a file cannot be renamed onto a folder
     (tmp_path / "out.onnx.data" / "keep").write_text("x")
     with pytest.raises(OnnxfuseError, match="cannot write the model: .*out.onnx.data"):
         save_model(_small_pair_model(), str(tmp_path / "out.onnx"), external_data=True)
+    assert len(helpers) == 1, "the pair is renamed by the helper"
     assert not (tmp_path / "out.onnx").exists()
     assert _leftovers(tmp_path) == []
 
 
-def test_pair_is_renamed_in_process_without_a_known_executable(tmp_path, monkeypatch):
+@pytest.mark.parametrize("executable", ["", "/bin/true"])  # none known; one that is not a Python
+def test_pair_is_renamed_in_process_without_a_python_to_start(tmp_path, monkeypatch, executable):
     from onnxfuse.model_io import save_model
 
-    monkeypatch.setattr(sys, "executable", "")
+    monkeypatch.setattr(sys, "executable", executable)
     save_model(_small_pair_model(), str(tmp_path / "out.onnx"), external_data=True)
     assert (tmp_path / "out.onnx.data").is_file()
     model = onnx.load(tmp_path / "out.onnx")
     assert float(onnx.numpy_helper.to_array(model.graph.initializer[0]).min()) == 5.0
     assert _leftovers(tmp_path) == []
+
+
+def test_dead_writers_staging_is_removed_only_under_the_folder_lock(tmp_path):
+    """A killed writer's rename helper may still be renaming out of its staging folder while it holds
+    the lock: the next writer waits for the lock before removing the folder."""
+    import threading
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".r.json{atomic_write.STAGING_MARK}{int(dead.stdout)}.abc"
+    stale.mkdir()
+    with atomic_write.folder_lock(str(tmp_path)):
+        cleaner = threading.Thread(target=atomic_write.remove_stale_staging, args=(str(tmp_path), "r.json"))
+        cleaner.start()
+        cleaner.join(0.3)
+        assert stale.exists() and cleaner.is_alive()
+    cleaner.join(10)
+    assert not stale.exists()
