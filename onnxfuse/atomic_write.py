@@ -133,29 +133,24 @@ def _helper_can_run() -> bool:
     return bool(sys.executable) and not getattr(sys, "frozen", False)
 
 
-# argv: staged destination staged destination ...
+# argv: staged destination staged destination ...; a failure leaves the rest staged for the caller
 _RENAMER = """import os, signal, sys
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # held by the writer too; only SIGKILL remains
     signal.signal(s, signal.SIG_IGN)
 a = sys.argv[1:]
-try:
-    for staged, dest in zip(a[::2], a[1::2]):
-        os.replace(staged, dest)
-except OSError as e:
-    sys.exit(str(e))
+for staged, dest in zip(a[::2], a[1::2]):
+    os.replace(staged, dest)
 """
 
 
 def _replace_in_helper(pairs: list[tuple[str, str]], lock_fd: int) -> None:
     """Do renames that must not be cut in two in a helper process (its own session, so a SIGKILL of
     this process or of its group does not reach it), which shares the folder lock until it exits.
-    A helper that exits 0 without renaming (sys.executable not a Python after all, or its status
-    lost to SIGCHLD ignored) leaves its staged files for the caller to rename."""
-    helper = subprocess.run([sys.executable, "-I", "-S", "-c", _RENAMER, *(p for pair in pairs for p in pair)],
-                            pass_fds=(lock_fd,), start_new_session=True,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if helper.returncode:
-        raise OSError(helper.stderr.strip() or f"the rename helper exited with status {helper.returncode}")
+    Whatever it did not rename (a failed rename, a sys.executable that is not a Python after all)
+    stays staged, and the caller renames it in process: a real failure then raises its own OSError."""
+    subprocess.run([sys.executable, "-I", "-S", "-c", _RENAMER, *(p for pair in pairs for p in pair)],
+                   pass_fds=(lock_fd,), start_new_session=True,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 _DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}

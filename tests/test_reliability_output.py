@@ -289,7 +289,7 @@ def _small_pair_model():
     return ir.Model(graph, ir_version=10)
 
 
-def test_failed_rename_in_the_helper_is_reported(tmp_path, monkeypatch):
+def test_a_rename_that_fails_is_reported(tmp_path, monkeypatch):
     from onnxfuse.diagnostics import OnnxfuseError
     from onnxfuse.model_io import save_model
 
@@ -305,7 +305,7 @@ def test_failed_rename_in_the_helper_is_reported(tmp_path, monkeypatch):
     assert _leftovers(tmp_path) == []
 
 
-@pytest.mark.parametrize("executable", ["", "/bin/true"])  # none known; one that is not a Python
+@pytest.mark.parametrize("executable", ["", "/bin/true", "/bin/false"])  # none known; not a Python
 def test_pair_is_renamed_in_process_without_a_python_to_start(tmp_path, monkeypatch, executable):
     from onnxfuse.model_io import save_model
 
