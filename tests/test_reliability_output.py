@@ -72,6 +72,12 @@ def _settled(folder: pathlib.Path):
     return atomic_write.folder_lock(str(folder))
 
 
+def _dead_pid() -> int:
+    """The pid of a process that has exited (a killed writer's, for its leftover staging folder)."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
 def _leftovers(folder: pathlib.Path) -> list[str]:
     return [p.name for p in folder.iterdir() if atomic_write.STAGING_MARK in p.name]
 
@@ -141,9 +147,7 @@ def test_outputs_get_ordinary_permissions(tmp_path):
 
 
 def test_stale_staging_of_a_dead_writer_is_removed_but_a_live_ones_is_kept(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead_pid = int(dead.stdout)
-    stale = tmp_path / f".r.json{atomic_write.STAGING_MARK}{dead_pid}.abc"
+    stale = tmp_path / f".r.json{atomic_write.STAGING_MARK}{_dead_pid()}.abc"
     live = tmp_path / f".r.json{atomic_write.STAGING_MARK}1.abc"  # pid 1 is always running
     stale.mkdir()
     live.mkdir()
@@ -322,8 +326,7 @@ def test_dead_writers_staging_is_removed_only_under_the_folder_lock(tmp_path):
     the lock: the next writer waits for the lock before removing the folder."""
     import threading
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    stale = tmp_path / f".r.json{atomic_write.STAGING_MARK}{int(dead.stdout)}.abc"
+    stale = tmp_path / f".r.json{atomic_write.STAGING_MARK}{_dead_pid()}.abc"
     stale.mkdir()
     with atomic_write.folder_lock(str(tmp_path)):
         cleaner = threading.Thread(target=atomic_write.remove_stale_staging, args=(str(tmp_path), "r.json"))
