@@ -88,35 +88,55 @@ def tuning_enabled() -> bool:
     return not triton_env.interpreting() and os.environ.get("ONNXFUSE_AUTOTUNE", "1") != "0"
 
 
+REFINE_TOP = 3  # how many of the first round's fastest configs refine() varies
+
+
 def choose(cache: TuningCache, key: str, candidates: Callable[[], Sequence[dict]],
-           time_one: Callable[[dict], float]) -> dict:
+           time_one: Callable[[dict], float],
+           refine: Callable[[dict], Sequence[dict]] | None = None) -> dict:
     """The cached config for key, else the fastest of candidates() by time_one (milliseconds),
-    cached. The list is built only on a miss: building it costs more host time than a hit."""
+    cached. The list is built only on a miss: building it costs more host time than a hit.
+
+    refine(cfg), if given, lists variants of a config (another split-K, say) that are timed in a
+    second round for the REFINE_TOP fastest of the first: a few more timings instead of
+    multiplying the whole list by every variant."""
     hit = cache.get(key)
     if hit is not None:
         return hit
     candidates = candidates()
-    if not tuning_enabled() or len(candidates) == 1:
+    if not tuning_enabled() or (len(candidates) == 1 and refine is None):
         return dict(candidates[0])
     t0 = time.perf_counter()
-    best, best_t = None, float("inf")
-    for cfg in candidates:
-        try:
-            t = time_one(cfg)
-        except Exception:  # a config that fails to compile (e.g. out of shared memory) is skipped
-            continue
-        if t < best_t:
-            best, best_t = cfg, t
+    timed = _time_all(candidates, time_one)
+    tried = len(candidates)
+    if refine is not None:
+        for cfg, _ in sorted(timed, key=lambda ct: ct[1])[:REFINE_TOP]:
+            variants = [v for v in refine(cfg) if v != cfg]
+            tried += len(variants)
+            timed += _time_all(variants, time_one)
+    best, best_t = min(timed, key=lambda ct: ct[1], default=(None, float("inf")))
     elapsed = time.perf_counter() - t0
     if best is None:
         _log.warning("autotune %s: none of %d configs ran (%.1f s); using the first, untimed", key,
-                     len(candidates), elapsed)
+                     tried, elapsed)
         cache.put(key, dict(candidates[0]), persist=False)  # not again in this process; the next one retries
         return dict(candidates[0])
     chosen = dict(best)
     cache.put(key, chosen)
-    _report(f"autotune {key}: {len(candidates)} configs in {elapsed:.1f} s; best {1e3 * best_t:.1f} us: {chosen}")
+    _report(f"autotune {key}: {tried} configs in {elapsed:.1f} s; best {1e3 * best_t:.1f} us: {chosen}")
     return chosen
+
+
+def _time_all(configs: Sequence[dict], time_one: Callable[[dict], float]) -> list[tuple[dict, float]]:
+    """(config, ms) for each config that runs; one that fails to compile (out of shared memory,
+    say) is skipped."""
+    timed = []
+    for cfg in configs:
+        try:
+            timed.append((cfg, time_one(cfg)))
+        except Exception:  # noqa: BLE001 - any compile or launch failure only drops that config
+            continue
+    return timed
 
 
 def _report(message: str) -> None:

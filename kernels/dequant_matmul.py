@@ -239,6 +239,22 @@ def _materialise(a2, w, s, z, gs, bias, out2, *, K, block_size, element, scale_c
     return out2
 
 
+# Split-K values the autotuner's second round tries on the fastest small-M configs. The grid is a
+# few waves of register-limited programs, so the best split is not the programs-per-SM target of
+# _split_for: at M = 1 on the H200 it was 1, 3, 4 or 6 by layer and format, 3-10% faster than the
+# target's split (benchmarks/RESULTS.md).
+REFINE_SPLITS = (1, 2, 3, 4, 6, 8)
+
+
+def split_variants(cfg: dict) -> list[dict]:
+    """cfg with each of REFINE_SPLITS, for the GEMV and swap-AB kernels (their split-K partial sums
+    go to a workspace added in a fixed order, so any split is exact and reproducible); [] for
+    others."""
+    if cfg.get("MATERIALISE") or (not cfg.get("MMA") and "BLOCK_M" in cfg):  # the GEMM's split is atomic
+        return []
+    return [dict(cfg, SPLIT_K=s) for s in REFINE_SPLITS]
+
+
 def _not_gemv(cfg) -> bool:
     """A config of the GEMV's candidate list that runs another kernel (tl.dot GEMM, swap-AB MMA or materialise)."""
     return bool(cfg.get("MATERIALISE") or cfg.get("GEMM") or cfg.get("MMA"))
@@ -312,7 +328,7 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
     if not autotune.tuning_enabled():
         return candidates()[0]
     kernel = "gemv" if gemv else "gemm"
-    key = (f"dqmm-{kernel}|v6|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
+    key = (f"dqmm-{kernel}|v7|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
            f"s{'col' if s.stride(0) == 1 and s.shape[1] > 1 else 'row'}|"
            f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
            f"M{autotune.m_bucket(M)}|N{N}|K{K}")
@@ -325,4 +341,4 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
             _launch(a2, w, s, z, gs, bias, scratch, cfg=cfg, gemv=gemv and not _not_gemv(cfg), **kw)
         return _time_config(run)
 
-    return autotune.choose(autotune.cache_for_device(a2.device), key, candidates, time_one)
+    return autotune.choose(autotune.cache_for_device(a2.device), key, candidates, time_one, refine=split_variants)

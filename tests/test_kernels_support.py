@@ -66,6 +66,43 @@ def test_choose_measures_once_then_reads_the_cache(tmp_path, monkeypatch, caplog
     assert calls == [1, 2, 3]
 
 
+def test_choose_refines_the_fastest_configs(tmp_path, monkeypatch, caplog):
+    """A second round times refine()'s variants of the REFINE_TOP fastest configs only, and may pick one."""
+    monkeypatch.setattr(autotune, "tuning_enabled", lambda: True)
+    caplog.set_level("INFO", logger="onnxfuse.kernels.autotune")
+    times = {(1, 0): 4.0, (2, 0): 3.0, (3, 0): 2.0, (4, 0): 1.0, (3, 1): 0.5, (1, 1): 0.1}
+    calls = []
+
+    def time_one(cfg):
+        calls.append((cfg["x"], cfg["v"]))
+        if cfg["v"] == 1 and cfg["x"] == 4:
+            raise RuntimeError("out of shared memory")
+        return times.get((cfg["x"], cfg["v"]), 9.0)
+
+    monkeypatch.setattr(autotune, "REFINE_TOP", 3)
+    cands = [{"x": x, "v": 0} for x in (1, 2, 3, 4)]
+    got = autotune.choose(autotune.TuningCache("gpu", "v", tmp_path), "key", lambda: cands, time_one,
+                          refine=lambda cfg: [cfg, dict(cfg, v=1)])
+    assert got == {"x": 3, "v": 1}  # (1, 1) would be faster, but config 1 was not among the 3 fastest
+    assert calls == [(1, 0), (2, 0), (3, 0), (4, 0), (4, 1), (3, 1), (2, 1)]
+    assert "autotune key: 7 configs in" in caplog.text
+
+
+def test_split_variants_cover_the_workspace_kernels_only():
+    import importlib
+
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
+    gemv = dict(BLOCK_N=32, BLOCK_KB=256, SPLIT_K=2, num_warps=4, num_stages=3, LOOP_STAGES=1)
+    mma = dict(MMA=True, BLOCK_M=1, BLOCK_N=16, CHUNK=16, GROUP=4, BLOCK_KB=256, SPLIT_K=2, num_warps=1,
+               num_stages=1, LOOP_STAGES=2)
+    for cfg in (gemv, mma):
+        assert [v["SPLIT_K"] for v in D.split_variants(cfg)] == list(D.REFINE_SPLITS)
+        assert all(dict(v, SPLIT_K=2) == cfg for v in D.split_variants(cfg))
+    gemm = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_KB=64, SPLIT_K=2, num_warps=4, num_stages=4, GROUP_M=8)
+    assert D.split_variants(gemm) == [] and D.split_variants(dict(gemm, GEMM=True)) == []
+    assert D.split_variants(dict(MATERIALISE=True)) == []
+
+
 def test_choose_warns_when_no_config_runs(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(autotune, "tuning_enabled", lambda: True)
 
