@@ -246,11 +246,11 @@ def _materialise(a2, w, s, z, gs, bias, out2, *, K, block_size, element, scale_c
 REFINE_SPLITS = (1, 2, 3, 4, 6, 8)
 
 
-def split_variants(cfg: dict) -> list[dict]:
-    """cfg with each of REFINE_SPLITS, for the GEMV and swap-AB kernels (their split-K partial sums
-    go to a workspace added in a fixed order, so any split is exact and reproducible); [] for
-    others."""
-    if cfg.get("MATERIALISE") or (not cfg.get("MMA") and "BLOCK_M" in cfg):  # the GEMM's split is atomic
+def split_variants(cfg: dict, M: int) -> list[dict]:
+    """cfg with each of REFINE_SPLITS: the GEMV and swap-AB kernels (a workspace summed in a fixed
+    order) and, for M <= 64 where its list already splits K, the tl.dot GEMM (atomic adds); [] for
+    materialise and the large-M GEMM."""
+    if cfg.get("MATERIALISE") or (M > 64 and not cfg.get("MMA") and "BLOCK_M" in cfg):
         return []
     return [dict(cfg, SPLIT_K=s) for s in REFINE_SPLITS]
 
@@ -341,4 +341,5 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
             _launch(a2, w, s, z, gs, bias, scratch, cfg=cfg, gemv=gemv and not _not_gemv(cfg), **kw)
         return _time_config(run)
 
-    return autotune.choose(autotune.cache_for_device(a2.device), key, candidates, time_one, refine=split_variants)
+    return autotune.choose(autotune.cache_for_device(a2.device), key, candidates, time_one,
+                           refine=lambda cfg: split_variants(cfg, M))

@@ -129,7 +129,7 @@ def test_gemm_swap_ab(wf, sf, zp):
     rng = np.random.default_rng(abs(hash((wf, sf, zp))) % 2**32)
     K, N, M = 200, 37, 70
     case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=32, zero_point=zp)
-    for dtype, split in ((torch.float16, 1), (torch.bfloat16, 2), (torch.float16, 2)):
+    for dtype, split in ((torch.float16, 1), (torch.bfloat16, 2), (torch.float16, 3)):
         cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_KB=16, SPLIT_K=split, num_warps=4, num_stages=1, GROUP_M=2,
                    SWAP_AB=True)
         a = rng.standard_normal((M, K)).astype(np.float32)

@@ -88,19 +88,19 @@ def test_choose_refines_the_fastest_configs(tmp_path, monkeypatch, caplog):
     assert "autotune key: 7 configs in" in caplog.text
 
 
-def test_split_variants_cover_the_workspace_kernels_only():
+def test_split_variants_cover_the_small_m_kernels_only():
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
     gemv = dict(BLOCK_N=32, BLOCK_KB=256, SPLIT_K=2, num_warps=4, num_stages=3, LOOP_STAGES=1)
     mma = dict(MMA=True, BLOCK_M=1, BLOCK_N=16, CHUNK=16, GROUP=4, BLOCK_KB=256, SPLIT_K=2, num_warps=1,
                num_stages=1, LOOP_STAGES=2)
-    for cfg in (gemv, mma):
-        assert [v["SPLIT_K"] for v in D.split_variants(cfg)] == list(D.REFINE_SPLITS)
-        assert all(dict(v, SPLIT_K=2) == cfg for v in D.split_variants(cfg))
     gemm = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_KB=64, SPLIT_K=2, num_warps=4, num_stages=4, GROUP_M=8)
-    assert D.split_variants(gemm) == [] and D.split_variants(dict(gemm, GEMM=True)) == []
-    assert D.split_variants(dict(MATERIALISE=True)) == []
+    for cfg, M in ((gemv, 1), (mma, 16), (gemm, 64), (dict(gemm, GEMM=True), 4)):
+        assert [v["SPLIT_K"] for v in D.split_variants(cfg, M)] == list(D.REFINE_SPLITS)
+        assert all(dict(v, SPLIT_K=2) == cfg for v in D.split_variants(cfg, M))
+    assert D.split_variants(dict(gemm, BLOCK_M=128, SPLIT_K=1), 1024) == []  # large M: no split-K
+    assert D.split_variants(dict(MATERIALISE=True), 256) == []
 
 
 def test_choose_warns_when_no_config_runs(tmp_path, monkeypatch, caplog):
