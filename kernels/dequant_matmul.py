@@ -319,6 +319,11 @@ def dequant_matmul(a, w, scale, zero_point=None, global_scale=None, bias=None, *
     return out
 
 
+def _layout(t) -> str:
+    """'col' for a column-major [R, G] scale or zero point (G > 1), else 'row': tuned separately."""
+    return "col" if t.stride(0) == 1 and t.shape[1] > 1 else "row"
+
+
 def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element, scale_code):
     M, Kb = a2.shape[0], w.shape[1]
 
@@ -329,7 +334,7 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
         return candidates()[0]
     kernel = "gemv" if gemv else "gemm"
     key = (f"dqmm-{kernel}|v7|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
-           f"s{'col' if s.stride(0) == 1 and s.shape[1] > 1 else 'row'}|"
+           f"s{_layout(s)}{'' if z is None else '|z' + _layout(z)}|"
            f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
            f"M{autotune.m_bucket(M)}|N{N}|K{K}")
     kw = dict(K=K, N=N, block_size=block_size, element=element, scale_code=scale_code)

@@ -162,3 +162,34 @@ def test_a_cached_config_costs_no_candidate_list(tmp_path, monkeypatch):
     assert built == [1]
     assert D._pick_config(a, w, s, None, None, None, out, **kw) == first
     assert built == [1]
+
+
+def test_tuning_keys_tell_scale_and_zero_point_layouts_apart(tmp_path, monkeypatch):
+    """Row- and column-major scales and zero points are tuned separately: a config timed on one
+    layout is not reused for the other."""
+    import importlib
+
+    import torch
+
+    from onnxfuse.kernels import inputs, triton_env
+
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
+    monkeypatch.setenv("ONNXFUSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "tuning_enabled", lambda: True)
+    monkeypatch.setattr(triton_env, "interpreting", lambda: False)
+    monkeypatch.setattr(D, "_time_config", lambda fn: 1.0)
+    monkeypatch.setattr(D, "_launch", lambda *a, **k: None)
+    keys = []
+    real_put = autotune.TuningCache.put
+    monkeypatch.setattr(autotune.TuningCache, "put", lambda self, key, cfg, **k: keys.append(key) or
+                        real_put(self, key, cfg, **k))
+    e, sc = inputs.formats("uint4", "float16")
+    a, w = torch.zeros(1, 64, dtype=torch.float16), torch.zeros(32, 32, dtype=torch.uint8)
+    out = torch.empty(1, 32, dtype=torch.float16)
+    s, z = torch.ones(32, 2, dtype=torch.float16), torch.zeros(32, 2, dtype=torch.uint8)
+    col = lambda t: t.t().contiguous().t()  # noqa: E731
+    kw = dict(gemv=True, K=64, N=32, block_size=32, element=e, scale_code=sc)
+    for si, zi in ((s, z), (col(s), z), (col(s), col(z)), (s, None)):
+        D._pick_config(a, w, si, zi, None, None, out, **kw)
+    assert len(set(keys)) == 4
+    assert "|scol|zrow|" in keys[1] and "|scol|zcol|" in keys[2] and "|srow|gs" in keys[3]
