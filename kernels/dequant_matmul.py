@@ -28,6 +28,7 @@ torch, triton, tl = triton_env.load()
 
 GEMV_MAX_M = 4
 MMA_MAX_M = 16
+GEMM_SPLIT_MAX_M = 64  # the tl.dot GEMM splits K (atomic adds) up to this M
 
 
 def _sm_count(device) -> int:
@@ -90,7 +91,7 @@ def gemm_candidates(M, N, Kb, element, device) -> list[dict]:
         return [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_KB=16, SPLIT_K=1, num_warps=4, num_stages=1, GROUP_M=4)]
     sms = _sm_count(device)
     out = []
-    if M <= 64:
+    if M <= GEMM_SPLIT_MAX_M:
         bm = max(16, next_pow2(M))
         shapes = ((bm, 64, 128 // cpb, 4, 4), (bm, 128, 128 // cpb, 4, 4), (bm, 128, 256 // cpb, 8, 3))
     else:
@@ -98,7 +99,7 @@ def gemm_candidates(M, N, Kb, element, device) -> list[dict]:
     for bm, bn, bkb, warps, stages in shapes:
         bkb = max(16, bkb)
         progs = cdiv(M, bm) * cdiv(N, bn)
-        split = _split_for(progs, cdiv(Kb, bkb), sms, 2) if M <= 64 else 1
+        split = _split_for(progs, cdiv(Kb, bkb), sms, 2) if M <= GEMM_SPLIT_MAX_M else 1
         out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_KB=bkb, SPLIT_K=split, num_warps=warps,
                         num_stages=stages, GROUP_M=8))
     if M > 64:  # the same tile as W @ A^T (SWAP_AB; fp16 codes where exact): 1.4-1.8x A @ W^T at M >= 1024
@@ -248,9 +249,9 @@ REFINE_SPLITS = (1, 2, 3, 4, 6, 8)
 
 def split_variants(cfg: dict, M: int) -> list[dict]:
     """cfg with each of REFINE_SPLITS: the GEMV and swap-AB kernels (a workspace summed in a fixed
-    order) and, for M <= 64 where its list already splits K, the tl.dot GEMM (atomic adds); [] for
-    materialise and the large-M GEMM."""
-    if cfg.get("MATERIALISE") or (M > 64 and not cfg.get("MMA") and "BLOCK_M" in cfg):
+    order) and, up to GEMM_SPLIT_MAX_M where its list already splits K, the tl.dot GEMM (atomic
+    adds); [] for materialise and the large-M GEMM."""
+    if cfg.get("MATERIALISE") or (M > GEMM_SPLIT_MAX_M and not cfg.get("MMA") and "BLOCK_M" in cfg):
         return []
     return [dict(cfg, SPLIT_K=s) for s in REFINE_SPLITS]
 

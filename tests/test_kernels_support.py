@@ -136,28 +136,37 @@ def test_launch_math_matches_triton():
     assert next_pow2(0) == 1 and pow2_floor(0) == 1 and cdiv(0, 16) == 0
 
 
-def test_a_cached_config_costs_no_candidate_list(tmp_path, monkeypatch):
-    """A DequantMatMul call that hits the tuning cache must not build (or time) the candidates:
-    building them took more host time than a small-M kernel runs."""
+def _tuning_on_a_fake_gpu(tmp_path, monkeypatch):
+    """The dequant_matmul module with tuning on, as on a GPU, but every launch stubbed out and
+    every config timed at 1 ms; the cache in tmp_path."""
     import importlib
 
-    import torch
-
-    from onnxfuse.kernels import inputs, triton_env
+    from onnxfuse.kernels import triton_env
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
     monkeypatch.setenv("ONNXFUSE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(autotune, "tuning_enabled", lambda: True)
     monkeypatch.setattr(triton_env, "interpreting", lambda: False)
+    monkeypatch.setattr(D, "_time_config", lambda fn: 1.0)
+    monkeypatch.setattr(D, "_launch", lambda *a, **k: None)
+    return D
+
+
+def test_a_cached_config_costs_no_candidate_list(tmp_path, monkeypatch):
+    """A DequantMatMul call that hits the tuning cache must not build (or time) the candidates:
+    building them took more host time than a small-M kernel runs."""
+    import torch
+
+    from onnxfuse.kernels import inputs
+
+    D = _tuning_on_a_fake_gpu(tmp_path, monkeypatch)
     built = []
     real = D.tuning_candidates
     monkeypatch.setattr(D, "tuning_candidates", lambda *a, **k: built.append(1) or real(*a, **k))
-    monkeypatch.setattr(D, "_time_config", lambda fn: 1.0)
     e, sc = inputs.formats("int4", "float16")
     a, w = torch.zeros(1, 64, dtype=torch.float16), torch.zeros(32, 32, dtype=torch.uint8)
     s, out = torch.ones(32, 2, dtype=torch.float16), torch.empty(1, 32, dtype=torch.float16)
     kw = dict(gemv=True, K=64, N=32, block_size=32, element=e, scale_code=sc)
-    monkeypatch.setattr(D, "_launch", lambda *a, **k: None)
     first = D._pick_config(a, w, s, None, None, None, out, **kw)
     assert built == [1]
     assert D._pick_config(a, w, s, None, None, None, out, **kw) == first
@@ -167,18 +176,11 @@ def test_a_cached_config_costs_no_candidate_list(tmp_path, monkeypatch):
 def test_tuning_keys_tell_scale_and_zero_point_layouts_apart(tmp_path, monkeypatch):
     """Row- and column-major scales and zero points are tuned separately: a config timed on one
     layout is not reused for the other."""
-    import importlib
-
     import torch
 
-    from onnxfuse.kernels import inputs, triton_env
+    from onnxfuse.kernels import inputs
 
-    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
-    monkeypatch.setenv("ONNXFUSE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(autotune, "tuning_enabled", lambda: True)
-    monkeypatch.setattr(triton_env, "interpreting", lambda: False)
-    monkeypatch.setattr(D, "_time_config", lambda fn: 1.0)
-    monkeypatch.setattr(D, "_launch", lambda *a, **k: None)
+    D = _tuning_on_a_fake_gpu(tmp_path, monkeypatch)
     keys = []
     real_put = autotune.TuningCache.put
     monkeypatch.setattr(autotune.TuningCache, "put", lambda self, key, cfg, **k: keys.append(key) or
