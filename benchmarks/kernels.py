@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import sys
 import time
@@ -173,7 +172,7 @@ def precompile(torch, fmts, ms, threads: int) -> float:
         for M in ms:
             a = torch.randn(M, K, dtype=torch.float16, device="cuda")
             gemv = M <= D.GEMV_MAX_M
-            for cfg in D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device):
+            for cfg in D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device, scale_code=sc):
                 out = torch.empty(M, N, dtype=torch.float16, device="cuda")
                 tasks.append((a, w, s, gs, out, cfg, gemv and not D._not_gemv(cfg), bs, e, sc))
     t0 = time.perf_counter()

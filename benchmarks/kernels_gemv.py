@@ -77,7 +77,7 @@ def main(argv=None) -> int:
         for M in ms:
             a = torch.randn(M, K, dtype=torch.float16, device="cuda")
             gemv = M <= D.GEMV_MAX_M
-            for cfg in D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device):
+            for cfg in D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device, scale_code=sc):
                 out = torch.empty(M, N, dtype=torch.float16, device="cuda")
                 tasks.append((a, w, s, gs, out, cfg, gemv and not D._not_gemv(cfg), K, N, bs, e, sc))
 
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
                                                                      **kw)) for i in range(copies)])
             tc = graph_time_us(torch, [(lambda w_=w_: torch.matmul(a, w_.t())) for w_ in w16s])
             tbs = wbytes / ta / 1e6
-            cands = D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device)
+            cands = D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device, scale_code=sc)
             lk = dict(K=K, N=N, block_size=bs, element=e, scale_code=sc, gemv=M <= D.GEMV_MAX_M)
             t_old = best_us(D, [c for c in cands if not c.get("MMA")], a, w, s, gs, outs[0], **lk)
             t_mma = best_us(D, [c for c in cands if c.get("MMA")], a, w, s, gs, outs[0], **lk)

@@ -109,7 +109,15 @@ def gemm_candidates(M, N, Kb, element, device) -> list[dict]:
     return out
 
 
-def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point=False) -> list[dict]:
+def _scale_folds_into_codes(element, scale_code, zero_point) -> bool:
+    """NVFP4: an e2m1 code times its E4M3 block scale is exact in fp16 and bf16 (SCALE_W in
+    kernels/dequant_mma_kernel.py)."""
+    return (not zero_point and scale_code is not None
+            and (element.name, scale_code.name) == ("float4e2m1", "float8e4m3fn"))
+
+
+def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point=False,
+                   scale_code=None) -> list[dict]:
     """Configs of the swap-AB tensor-core kernel, [] where it does not apply: fp16/bf16 A, M <= 16,
     at most two codes a byte, and a dot K of at least 16 bytes. BLOCK_N is 16 rows per warp, the
     shape whose weight loads Triton makes directly in the dot operand layout (in the sm_90 SASS, 32
@@ -122,42 +130,51 @@ def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point
     bytes beat one 16-byte chunk a dot, and which of the two wins varies by format and layer, so
     both are timed; at M = 4, GROUP 2 lost to GROUP 1, so it is kept for 8-byte blocks (NVFP4),
     which need it. A zero point is subtracted from the code before the dot, one per row and dot:
-    GROUP 1."""
+    GROUP 1. At M > 1 NVFP4 folds its block scales into the codes (SCALE_W): one chunk a dot of 16
+    or 64 bytes, blocks or not (1.5x GROUP 2 at M = 4); at M = 1 GROUP 8 was 5-15% faster."""
     bsb = block_size // element.codes_per_byte
     if M > MMA_MAX_M or a_dtype not in (torch.float16, torch.bfloat16) or element.codes_per_byte > 2:
         return []
     bm = next_pow2(M)
-    chunk = min(bsb, 128)
-    need = cdiv(16, chunk)  # a dot's K is at least 16 bytes
-    if need > 1 and (zero_point or need * bm > 8):
-        return []
-    groups = [need]
-    if bm == 1 and not zero_point:
-        groups = sorted({max(need, min(8, dk // chunk)) for dk in (64, 128)})
+    scale_w = bm > 1 and _scale_folds_into_codes(element, scale_code, zero_point)
+    if scale_w:
+        dots = [(16, 1), (64, 1)]  # (CHUNK, GROUP)
+    else:
+        chunk = min(bsb, 128)
+        need = cdiv(16, chunk)  # a dot's K is at least 16 bytes
+        if need > 1 and (zero_point or need * bm > 8):
+            return []
+        groups = [need]
+        if bm == 1 and not zero_point:
+            groups = sorted({max(need, min(8, dk // chunk)) for dk in (64, 128)})
+        dots = [(chunk, g) for g in groups]
     if triton_env.interpreting():
-        g = groups[-1]
+        chunk, g = dots[-1]
         return [dict(MMA=True, BLOCK_M=bm, BLOCK_N=16, CHUNK=chunk, GROUP=g, BLOCK_KB=2 * chunk * g, SPLIT_K=1,
-                     num_warps=1, num_stages=1, LOOP_STAGES=2)]
+                     num_warps=1, num_stages=1, LOOP_STAGES=2, SCALE_W=scale_w)]
     sms = _sm_count(device)
     out = []
     # (warps, bytes per K step, LOOP_STAGES); the pipelined loops are the shapes that won with them
     shapes = [(2, 256, 1), (1, 256, 1), (2, 128, 1)] + ([(4, 256, 1)] if bm < 8 else [])
     shapes += [(1, 256, 2), (1, 256, 3), (2, 128, 2), (2, 128, 3)]
-    for group in groups:
+    for chunk, group in dots:
         for warps, step, loop_stages in shapes:
             step = max(chunk * group, min(step, next_pow2(Kb)))
             split = _split_for(cdiv(N, 16 * warps), cdiv(Kb, step), sms, 32 // warps)
             out.append(dict(MMA=True, BLOCK_M=bm, BLOCK_N=16 * warps, CHUNK=chunk, GROUP=group, BLOCK_KB=step,
-                            SPLIT_K=split, num_warps=warps, num_stages=1, LOOP_STAGES=loop_stages))
+                            SPLIT_K=split, num_warps=warps, num_stages=1, LOOP_STAGES=loop_stages,
+                            SCALE_W=scale_w))
     return out
 
 
-def tuning_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point=False) -> list[dict]:
+def tuning_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point=False,
+                      scale_code=None) -> list[dict]:
     """Every config the autotuner times for this case: the GEMV's (M <= 4) or the GEMM's, and,
     when tuning, the swap-AB kernel's (without tuning the first of the list runs)."""
     cands = (gemv_candidates if M <= GEMV_MAX_M else gemm_candidates)(M, N, Kb, element, device)
     if autotune.tuning_enabled():
-        cands = cands + mma_candidates(M, N, Kb, element, block_size, a_dtype, device, zero_point=zero_point)
+        cands = cands + mma_candidates(M, N, Kb, element, block_size, a_dtype, device, zero_point=zero_point,
+                                       scale_code=scale_code)
     return cands
 
 
@@ -194,7 +211,8 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
             *args, BLOCK_M=cfg["BLOCK_M"], CHUNK=cfg["CHUNK"], GROUP=cfg["GROUP"],
             NDOT=bkb // (cfg["CHUNK"] * cfg["GROUP"]), USE_WS=split > 1, ASM=asm,
             HW_FP8=hw, ACT_PAIRS=pairs, POW2=16384.0 if asm and element.name == "float4e2m1" else 1.0,
-            DOT_F32=a2.dtype == torch.bfloat16 and not hw, LOOP_STAGES=cfg.get("LOOP_STAGES", 1), **common)
+            DOT_F32=a2.dtype == torch.bfloat16 and not hw, LOOP_STAGES=cfg.get("LOOP_STAGES", 1),
+            SCALE_W=bool(cfg.get("SCALE_W")), **common)
     elif gemv:
         ng, bsb = _tile_shape(element, block_size, bkb)
         bm = 1 if M == 1 else (2 if M == 2 else 4)
@@ -329,12 +347,13 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
     M, Kb = a2.shape[0], w.shape[1]
 
     def candidates():
-        return tuning_candidates(M, N, Kb, element, block_size, a2.dtype, a2.device, zero_point=z is not None)
+        return tuning_candidates(M, N, Kb, element, block_size, a2.dtype, a2.device, zero_point=z is not None,
+                                 scale_code=scale_code)
 
     if not autotune.tuning_enabled():
         return candidates()[0]
     kernel = "gemv" if gemv else "gemm"
-    key = (f"dqmm-{kernel}|v7|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
+    key = (f"dqmm-{kernel}|v8|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
            f"s{_layout(s)}{'' if z is None else '|z' + _layout(z)}|"
            f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
            f"M{autotune.m_bucket(M)}|N{N}|K{K}")

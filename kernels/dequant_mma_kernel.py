@@ -16,6 +16,13 @@ staging of the activations) yields every chunk's partial sums side by side; they
 column and summed over j after the loop. The codes sharing a byte are separate dots against A's
 matching K positions (k = byte * CPB + sub).
 
+SCALE_W (NVFP4: e2m1 codes, E4M3 block scales) multiplies each code by its block's scale in the
+operand dtype before the dot instead: an e2m1 value times an E4M3 value has at most 6 significant
+bits and lies within fp16's range (as a multiple of 2^-24 also at the ASM decoder's value * 2^-14)
+and bf16's, so the operand is exact and a chunk may span blocks. NVFP4's 8-byte blocks would
+otherwise need GROUP 2 (a dot's K is at least 16 bytes), which does not fit the 8 columns of an mma
+beyond M = 4; with SCALE_W a dot is GROUP 1 at any M <= 16, and the fp32 multiply per chunk is gone.
+
 LOOP_STAGES > 1 pipelines the K loop (tl.range): the weight and activation tiles of the next steps
 are copied into shared memory with cp.async while this one is decoded, so more bytes are in flight
 per SM than the few warps that the registers allow can keep with plain loads (the loop is bound by
@@ -177,6 +184,16 @@ def _codes(w, z, WFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr, DT: 
 
 
 @triton.jit
+def _times_scale(q, raw, DT: tl.constexpr, HW_FP8: tl.constexpr):
+    """Codes q (DT) times their E4M3 block scales (raw uint8 codes, q's layout), exact in DT (SCALE_W)."""
+    if HW_FP8 and DT == tl.float16:
+        r = q * raw.to(tl.float8e4nv, bitcast=True).to(DT)
+    else:  # via float32 (the triton 3.9 interpreter's bf16 multiply is wrong), then exact in DT
+        r = (q.to(tl.float32) * decode_scale(raw, 4)).to(DT)
+    return r
+
+
+@triton.jit
 def _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, CPB: tl.constexpr, SUB: tl.constexpr):
     """The activation operand at k = byte * CPB + SUB: [DK, NC], 0 outside [0, K), past row M and
     outside each column's own chunk (col_in: the block-diagonal mask)."""
@@ -219,7 +236,7 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, GROUP: tl.constexpr,
                     NDOT: tl.constexpr, USE_WS: tl.constexpr, ASM: tl.constexpr, HW_FP8: tl.constexpr,
                     ACT_PAIRS: tl.constexpr, POW2: tl.constexpr, DOT_F32: tl.constexpr,
-                    LOOP_STAGES: tl.constexpr):
+                    LOOP_STAGES: tl.constexpr, SCALE_W: tl.constexpr):
     """Y[m, n] for m < M <= BLOCK_M: column j * BLOCK_M + m of the dot is chunk j's partial sum for
     row m, scaled per (row, chunk) in float32 and summed over j at the end."""
     pid_n = tl.program_id(0)
@@ -247,7 +264,8 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
         for d in tl.static_range(NDOT):
             c0 = kb0 + d * DK
             byte = c0 + tl.arange(0, DK)
-            w = tl.load(rows + byte[None, :], mask=n_mask[:, None] & (byte < kb_end)[None, :], other=0)
+            wmask = n_mask[:, None] & (byte < kb_end)[None, :]
+            w = tl.load(rows + byte[None, :], mask=wmask, other=0)
             # each column's chunk: its scale group, and whether it lies in this split (else weights
             # and scale are masked)
             chunk0 = c0 + chunk_of * CHUNK
@@ -257,17 +275,26 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
             if HAS_ZP:  # GROUP == 1: one zero point a row
                 z = decode_element(tl.load(z_rows + grp * stride_zg, mask=gmask, other=0).to(tl.int32), WFMT)
             q0, q1 = _codes(w, z, WFMT, BITS, CPB, DT, ASM, HW_FP8, HAS_ZP)
-            zero = tl.zeros((BLOCK_N, NC), tl.float32)
+            if SCALE_W:  # each byte's block scale, loaded in the weight's own layout
+                sw = tl.load(s_rows + ((byte * CPB) // BS)[None, :] * stride_sg, mask=wmask, other=0)
+                q0 = _times_scale(q0, sw, DT, HW_FP8)
+                q1 = _times_scale(q1, sw, DT, HW_FP8)
+                into = acc  # the products are final: accumulate in the dot itself
+            else:
+                into = tl.zeros((BLOCK_N, NC), tl.float32)
             if CPB == 1:
-                part = _dot(q0, _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 1, 0), zero, DOT_F32)
+                part = _dot(q0, _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 1, 0), into, DOT_F32)
             else:
                 if ACT_PAIRS:
                     even, odd = _act_pairs_t(a_ptr, col_m, col_in, M, Kb, stride_am, byte, DT)
                 else:
                     even = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 0)
                     odd = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 1)
-                part = _dot(q1, odd, _dot(q0, even, zero, DOT_F32), DOT_F32)
-            acc += part * decode_scale(tl.load(s_rows + grp * stride_sg, mask=gmask, other=0), SFMT)
+                part = _dot(q1, odd, _dot(q0, even, into, DOT_F32), DOT_F32)
+            if SCALE_W:
+                acc = part
+            else:
+                acc += part * decode_scale(tl.load(s_rows + grp * stride_sg, mask=gmask, other=0), SFMT)
     if GROUP > 1:
         y = tl.sum(tl.reshape(acc, (BLOCK_N, GROUP, BLOCK_M)), axis=1)
     else:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper

@@ -8,7 +8,6 @@ cannot run a combination the test asserts that it fails, so it notices when one 
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator

@@ -173,8 +173,9 @@ MMA_CASES = [  # (weight_format, scale_format, block_size, zero point, two-level
 def test_swap_ab_tensor_core_kernel(case_args):
     """The swap-AB kernel forced at M = 1, 3 and 16, fp16 and bf16, ragged N, K even (A loaded as
     32-bit pairs) and odd (A loaded per K position), one and two K steps per split (split-K 2). At
-    M = 1 without a zero point a dot covers up to 8 chunks (the block-diagonal activation operand);
-    8-byte blocks (NVFP4) need 2 chunks a dot, so they run at M <= 4 only."""
+    M = 1 without a zero point a dot covers up to 8 chunks (the block-diagonal activation operand).
+    At M > 1 NVFP4 folds its E4M3 scales into the codes (SCALE_W): 64-byte dots over 8-byte blocks;
+    other 8-byte blocks need 2 chunks a dot, so they run at M <= 4 only."""
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
@@ -183,13 +184,18 @@ def test_swap_ab_tensor_core_kernel(case_args):
     wf, sf, bs, zp, two = case_args
     rng = np.random.default_rng(abs(hash(case_args)) % 2**32)
     N = 37
-    e, _ = inputs.formats(wf, sf)
-    for K, M, dtype, split in ((166, 1, torch.float16, 1), (166, 3, torch.bfloat16, 2), (165, 16, torch.float16, 2)):
-        if bs * e.bits // 8 < 16 and M > 4:
+    e, sc = inputs.formats(wf, sf)
+    for K, M, dtype, split in ((166, 1, torch.float16, 1), (166, 3, torch.bfloat16, 2), (165, 16, torch.float16, 2),
+                               (165, 16, torch.bfloat16, 1)):
+        cfgs = D.mma_candidates(M, N, (K * e.bits + 7) // 8, e, bs, dtype, torch.device("cpu"), zero_point=zp,
+                                scale_code=sc)
+        if bs * e.bits // 8 < 16 and M > 4 and sf != "float8e4m3fn":
+            assert not cfgs
             continue
+        (cfg,) = cfgs
+        assert cfg["SCALE_W"] == (sf == "float8e4m3fn" and M > 1)
         case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp,
                                global_scale=two)
-        (cfg,) = D.mma_candidates(M, N, case.w.shape[1], e, bs, dtype, torch.device("cpu"), zero_point=zp)
         cfg = dict(cfg, SPLIT_K=split)
         a = rng.standard_normal((M, K)).astype(np.float32)
         bias = rng.standard_normal(N).astype(np.float32)
@@ -216,13 +222,14 @@ def test_column_major_scales_give_the_same_result(wf, sf, bs, zp, two):
 
     rng = np.random.default_rng(11)
     K, N = 166, 37
-    e, _ = inputs.formats(wf, sf)
+    e, sc_code = inputs.formats(wf, sf)
     case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp, global_scale=two)
     w, sc, z, gs = (_t(x) for x in (case.w, case.scale, case.zero_point, case.global_scale))
     cpu = torch.device("cpu")
     for M, dtype in ((1, torch.float32), (3, torch.float16), (20, torch.float16)):
         cfgs = (D.gemv_candidates if M <= 4 else D.gemm_candidates)(M, N, w.shape[1], e, cpu)
-        cfgs = cfgs + D.mma_candidates(M, N, w.shape[1], e, bs, dtype, cpu, zero_point=zp) + [dict(MATERIALISE=True)]
+        cfgs += D.mma_candidates(M, N, w.shape[1], e, bs, dtype, cpu, zero_point=zp, scale_code=sc_code)
+        cfgs += [dict(MATERIALISE=True)]
         a = torch.from_numpy(rng.standard_normal((M, K)).astype(np.float32)).to(dtype)
         for cfg in cfgs:
             kw = dict(K=K, N=N, block_size=bs, weight_format=wf, scale_format=sf, config=cfg)
@@ -230,6 +237,18 @@ def test_column_major_scales_give_the_same_result(wf, sf, bs, zp, two):
             y_col = D.dequant_matmul(a, w, _column_major(sc), _column_major(z), gs, None, **kw)
             assert torch.equal(y_row, y_col), cfg
         _check(y_col, case, a.float().numpy(), None, dot_dtype=dtype)
+
+
+def test_nvfp4_codes_times_their_scales_are_exact_in_fp16_and_bf16():
+    """SCALE_W's premise: every e2m1 value times every finite E4M3 value is exact in fp16 (also as
+    the PTX decoder's value * 2^-14) and in bf16."""
+    import ml_dtypes
+
+    e2m1 = np.arange(16, dtype=np.uint8).view(ml_dtypes.float4_e2m1fn).astype(np.float64)
+    e4m3 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    prod = np.outer(e2m1, e4m3[np.isfinite(e4m3)])
+    for dt, factor in ((np.float16, 1.0), (np.float16, 2.0 ** -14), (ml_dtypes.bfloat16, 1.0)):
+        np.testing.assert_array_equal((prod * factor).astype(dt).astype(np.float64), prod * factor)
 
 
 def test_swap_ab_kernel_declines_what_it_cannot_tile():
@@ -243,6 +262,9 @@ def test_swap_ab_kernel_declines_what_it_cannot_tile():
     assert D.mma_candidates(1, 64, 64, e4, 32, torch.float16, cpu)
     assert D.mma_candidates(4, 64, 64, e4, 16, torch.float16, cpu)  # 8-byte blocks: two chunks a dot
     assert not D.mma_candidates(8, 64, 64, e4, 16, torch.float16, cpu)  # a dot needs K >= 16 bytes
+    fp4, e4m3 = inputs.formats("float4e2m1", "float8e4m3fn")
+    assert D.mma_candidates(16, 64, 64, fp4, 16, torch.float16, cpu, scale_code=e4m3)  # NVFP4: scales in the codes
+    assert not D.mma_candidates(16, 64, 64, fp4, 16, torch.float16, cpu)
     assert not D.mma_candidates(1, 64, 64, e4, 16, torch.float16, cpu, zero_point=True)  # one chunk a dot
     assert not D.mma_candidates(1, 64, 64, e4, 32, torch.float32, cpu)  # fp32 A
     assert not D.mma_candidates(17, 64, 64, e4, 32, torch.float16, cpu)

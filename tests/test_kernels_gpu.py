@@ -43,7 +43,7 @@ def test_dequant_matmul_realistic(case_args):
 def test_swap_ab_kernel_realistic(case_args):
     """Every config of the swap-AB tensor-core kernel, forced (the autotuner may not pick it at
     this shape), fp16 (the inline-PTX decoders) and bf16, M = 1 (several chunks a dot, through the
-    block-diagonal activation operand), 4 (two for NVFP4's 8-byte blocks) and 16, with split-K; fp16
+    block-diagonal activation operand, or NVFP4's scales folded into the codes), 4 and 16, with split-K; fp16
     with column-major scales (as a session loads them), bf16 with row-major ones."""
     import importlib
 
@@ -52,11 +52,11 @@ def test_swap_ab_kernel_realistic(case_args):
 
     wf, sf, bs, zp, _ = case_args
     case, wd = _realistic_case(case_args, seed=1)
-    e, _ = inputs.formats(wf, sf)
+    e, sc = inputs.formats(wf, sf)
     ran = 0
     for M, dtype in ((1, torch.float16), (4, torch.float16), (16, torch.float16), (5, torch.bfloat16)):
         for cfg in D.mma_candidates(M, case.w.shape[0], case.w.shape[1], e, bs, dtype, torch.device("cuda"),
-                                    zero_point=zp):
+                                    zero_point=zp, scale_code=sc):
             _check_one(case, wd, M, dtype, config=cfg, column_major=dtype == torch.float16)
             ran += 1
     if not ran:

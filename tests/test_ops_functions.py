@@ -226,7 +226,6 @@ def test_every_element_code_decodes_exactly(wf):
 @pytest.mark.parametrize("shape,axis", [((7, 5, 6), 0), ((7, 5, 6), 1), ((7, 5, 6), 2), ((9,), 0), ((4, 1, 3, 5), 2)])
 def test_dequantize_layouts(shape, axis):
     rng = np.random.default_rng(len(shape) * 10 + axis)
-    element, sfmt = F.element_format("int4"), F.scale_format("float16")
     bs = 2
     data = rng.integers(-8, 8, shape).astype(ml_dtypes.int4)
     scale_shape = list(shape)

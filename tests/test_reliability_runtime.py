@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxfuse.kernels.triton_env").load()  # sets TRITON_INTERPRET before triton without CUDA
