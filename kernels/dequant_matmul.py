@@ -116,6 +116,13 @@ def _scale_folds_into_codes(element, scale_code, zero_point) -> bool:
             and (element.name, scale_code.name) == ("float4e2m1", "float8e4m3fn"))
 
 
+def _scale_rounds_into_codes(element, scale_code, a_dtype, bsb: int) -> bool:
+    """Integer codes with fp16 scales and A, blocks under 64 bytes: SCALE_W rounds (q - z) * s once,
+    as the tl.dot GEMM's operand (kernels/dequant_mma_kernel.py)."""
+    return (a_dtype == torch.float16 and scale_code is not None and scale_code.name == "float16"
+            and not element.is_float and bsb < 64)
+
+
 def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point=False,
                    scale_code=None) -> list[dict]:
     """Configs of the swap-AB tensor-core kernel, [] where it does not apply: fp16/bf16 A, M <= 16,
@@ -130,26 +137,33 @@ def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point
     bytes beat one 16-byte chunk a dot, and which of the two wins varies by format and layer, so
     both are timed; at M = 4, GROUP 2 lost to GROUP 1, so it is kept for 8-byte blocks (NVFP4),
     which need it. A zero point is subtracted from the code before the dot, one per row and dot:
-    GROUP 1. At M > 1 NVFP4 folds its block scales into the codes (SCALE_W): one chunk a dot of 16
-    or 64 bytes, blocks or not (1.5x GROUP 2 at M = 4); at M = 1 GROUP 8 was 5-15% faster."""
+    GROUP 1. NVFP4 folds its block scales into the codes instead (SCALE_W): one chunk a dot of 16 or
+    64 bytes, blocks or not (1.1-1.2x GROUP 8 at M = 1, 1.8-1.9x the tl.dot GEMM at M = 16). Integer
+    codes with fp16 scales in blocks under 64 bytes (int4 block 32) also get SCALE_W configs, 64-byte
+    dots (products rounded to fp16 as in the tl.dot GEMM): 1.3-1.5x the per-chunk scales at M = 4 and
+    1.5-1.7x at M = 16, where 16-byte dots never won; at M = 1 the two are close (the autotuner picked
+    per-chunk), and for 64-byte blocks (int4 block 128) SCALE_W lost by 3-8%."""
     bsb = block_size // element.codes_per_byte
     if M > MMA_MAX_M or a_dtype not in (torch.float16, torch.bfloat16) or element.codes_per_byte > 2:
         return []
     bm = next_pow2(M)
-    scale_w = bm > 1 and _scale_folds_into_codes(element, scale_code, zero_point)
-    if scale_w:
-        dots = [(16, 1), (64, 1)]  # (CHUNK, GROUP)
+    if _scale_folds_into_codes(element, scale_code, zero_point):
+        dots = [(16, 1, True), (64, 1, True)]  # (CHUNK, GROUP, SCALE_W)
     else:
         chunk = min(bsb, 128)
         need = cdiv(16, chunk)  # a dot's K is at least 16 bytes
-        if need > 1 and (zero_point or need * bm > 8):
-            return []
-        groups = [need]
-        if bm == 1 and not zero_point:
-            groups = sorted({max(need, min(8, dk // chunk)) for dk in (64, 128)})
-        dots = [(chunk, g) for g in groups]
+        dots = []
+        if not (need > 1 and (zero_point or need * bm > 8)):
+            groups = [need]
+            if bm == 1 and not zero_point:
+                groups = sorted({max(need, min(8, dk // chunk)) for dk in (64, 128)})
+            dots = [(chunk, g, False) for g in groups]
+        if _scale_rounds_into_codes(element, scale_code, a_dtype, bsb):
+            dots.append((64, 1, True))
+    if not dots:
+        return []
     if triton_env.interpreting():
-        chunk, g = dots[-1]
+        chunk, g, scale_w = dots[-1]
         return [dict(MMA=True, BLOCK_M=bm, BLOCK_N=16, CHUNK=chunk, GROUP=g, BLOCK_KB=2 * chunk * g, SPLIT_K=1,
                      num_warps=1, num_stages=1, LOOP_STAGES=2, SCALE_W=scale_w)]
     sms = _sm_count(device)
@@ -157,7 +171,7 @@ def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point
     # (warps, bytes per K step, LOOP_STAGES); the pipelined loops are the shapes that won with them
     shapes = [(2, 256, 1), (1, 256, 1), (2, 128, 1)] + ([(4, 256, 1)] if bm < 8 else [])
     shapes += [(1, 256, 2), (1, 256, 3), (2, 128, 2), (2, 128, 3)]
-    for chunk, group in dots:
+    for chunk, group, scale_w in dots:
         for warps, step, loop_stages in shapes:
             step = max(chunk * group, min(step, next_pow2(Kb)))
             split = _split_for(cdiv(N, 16 * warps), cdiv(Kb, step), sms, 32 // warps)
@@ -353,7 +367,7 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
     if not autotune.tuning_enabled():
         return candidates()[0]
     kernel = "gemv" if gemv else "gemm"
-    key = (f"dqmm-{kernel}|v8|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
+    key = (f"dqmm-{kernel}|v9|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
            f"s{_layout(s)}{'' if z is None else '|z' + _layout(z)}|"
            f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
            f"M{autotune.m_bucket(M)}|N{N}|K{K}")

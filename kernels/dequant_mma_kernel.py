@@ -16,12 +16,17 @@ staging of the activations) yields every chunk's partial sums side by side; they
 column and summed over j after the loop. The codes sharing a byte are separate dots against A's
 matching K positions (k = byte * CPB + sub).
 
-SCALE_W (NVFP4: e2m1 codes, E4M3 block scales) multiplies each code by its block's scale in the
-operand dtype before the dot instead: an e2m1 value times an E4M3 value has at most 6 significant
-bits and lies within fp16's range (as a multiple of 2^-24 also at the ASM decoder's value * 2^-14)
-and bf16's, so the operand is exact and a chunk may span blocks. NVFP4's 8-byte blocks would
-otherwise need GROUP 2 (a dot's K is at least 16 bytes), which does not fit the 8 columns of an mma
-beyond M = 4; with SCALE_W a dot is GROUP 1 at any M <= 16, and the fp32 multiply per chunk is gone.
+SCALE_W multiplies each code by its block's scale in the operand dtype before the dot instead, so
+a chunk may span blocks, and the fp32 multiply per chunk is gone:
+- NVFP4 (e2m1 codes, E4M3 block scales): exact. An e2m1 value times an E4M3 value has at most 6
+  significant bits and lies within fp16's range (as a multiple of 2^-24 also at the ASM decoder's
+  value * 2^-14) and bf16's. NVFP4's 8-byte blocks would otherwise need GROUP 2 (a dot's K is at
+  least 16 bytes), which does not fit the 8 columns of an mma beyond M = 4.
+- Integer codes with fp16 scales and fp16 activations: (q - z) * s rounded once to fp16 (one
+  packed multiply), the operand the tl.dot GEMM feeds its dot (its float32 q * s is exact, then
+  cast), so the same error bound holds. Blocks of 16 bytes (int4 block 32) then take 64-byte dots.
+The scales (and zero points) are loaded once per (row, block) and broadcast over the block's bytes
+in registers: 1.15-1.3x loading the same value for every byte (benchmarks/RESULTS.md).
 
 LOOP_STAGES > 1 pipelines the K loop (tl.range): the weight and activation tiles of the next steps
 are copied into shared memory with cp.async while this one is decoded, so more bytes are in flight
@@ -184,13 +189,22 @@ def _codes(w, z, WFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr, DT: 
 
 
 @triton.jit
-def _times_scale(q, raw, DT: tl.constexpr, HW_FP8: tl.constexpr):
-    """Codes q (DT) times their E4M3 block scales (raw uint8 codes, q's layout), exact in DT (SCALE_W)."""
-    if HW_FP8 and DT == tl.float16:
+def _times_scale(q, raw, SFMT: tl.constexpr, DT: tl.constexpr, HW_FP8: tl.constexpr):
+    """Codes q (DT, minus their zero point) times their block scales (raw, q's layout) in DT (SCALE_W):
+    E4M3 scales of e2m1 codes (exact), or fp16 scales of fp16 codes (one rounding, as the GEMM's)."""
+    if SFMT == 1:
+        r = q * raw
+    elif HW_FP8 and DT == tl.float16:
         r = q * raw.to(tl.float8e4nv, bitcast=True).to(DT)
     else:  # via float32 (the triton 3.9 interpreter's bf16 multiply is wrong), then exact in DT
         r = (q.to(tl.float32) * decode_scale(raw, 4)).to(DT)
     return r
+
+
+@triton.jit
+def _per_byte(x, BLOCK_N: tl.constexpr, NB: tl.constexpr, RUN: tl.constexpr):
+    """[BLOCK_N, NB] per-block values -> [BLOCK_N, NB * RUN], each repeated over its block's bytes (SCALE_W)."""
+    return tl.reshape(tl.broadcast_to(x[:, :, None], (BLOCK_N, NB, RUN)), (BLOCK_N, NB * RUN))
 
 
 @triton.jit
@@ -244,6 +258,8 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
     DT: tl.constexpr = a_ptr.dtype.element_ty
     NC: tl.constexpr = GROUP * BLOCK_M  # the dot's columns
     DK: tl.constexpr = GROUP * CHUNK  # the dot's bytes of each row
+    NB: tl.constexpr = DK // (BS // CPB) if DK > BS // CPB else 1  # SCALE_W: the blocks a dot spans
+    RUN: tl.constexpr = DK // NB
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, NC)
     col_m = cols % BLOCK_M
@@ -271,14 +287,20 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
             chunk0 = c0 + chunk_of * CHUNK
             grp = ((chunk0 * CPB) // BS)[None, :]
             gmask = n_mask[:, None] & (chunk0 < kb_end)[None, :]
+            if SCALE_W:  # a dot may span blocks: one load a (row, block), broadcast over the block's bytes
+                gb = (c0 * CPB) // BS + tl.arange(0, NB)
+                grp = gb[None, :]
+                gmask = n_mask[:, None] & (gb * (BS // CPB) < kb_end)[None, :]
             z = 0.0
-            if HAS_ZP:  # GROUP == 1: one zero point a row
+            if HAS_ZP:  # one zero point a row (GROUP == 1) or a (row, block) (SCALE_W)
                 z = decode_element(tl.load(z_rows + grp * stride_zg, mask=gmask, other=0).to(tl.int32), WFMT)
+                if SCALE_W:
+                    z = _per_byte(z, BLOCK_N, NB, RUN)
             q0, q1 = _codes(w, z, WFMT, BITS, CPB, DT, ASM, HW_FP8, HAS_ZP)
-            if SCALE_W:  # each byte's block scale, loaded in the weight's own layout
-                sw = tl.load(s_rows + ((byte * CPB) // BS)[None, :] * stride_sg, mask=wmask, other=0)
-                q0 = _times_scale(q0, sw, DT, HW_FP8)
-                q1 = _times_scale(q1, sw, DT, HW_FP8)
+            if SCALE_W:
+                sw = _per_byte(tl.load(s_rows + grp * stride_sg, mask=gmask, other=0), BLOCK_N, NB, RUN)
+                q0 = _times_scale(q0, sw, SFMT, DT, HW_FP8)
+                q1 = _times_scale(q1, sw, SFMT, DT, HW_FP8)
                 into = acc  # the products are final: accumulate in the dot itself
             else:
                 into = tl.zeros((BLOCK_N, NC), tl.float32)

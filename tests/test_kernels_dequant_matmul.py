@@ -174,8 +174,10 @@ def test_swap_ab_tensor_core_kernel(case_args):
     """The swap-AB kernel forced at M = 1, 3 and 16, fp16 and bf16, ragged N, K even (A loaded as
     32-bit pairs) and odd (A loaded per K position), one and two K steps per split (split-K 2). At
     M = 1 without a zero point a dot covers up to 8 chunks (the block-diagonal activation operand).
-    At M > 1 NVFP4 folds its E4M3 scales into the codes (SCALE_W): 64-byte dots over 8-byte blocks;
-    other 8-byte blocks need 2 chunks a dot, so they run at M <= 4 only."""
+    NVFP4 folds its E4M3 scales into the codes (SCALE_W): 64-byte dots over 8-byte blocks; other
+    8-byte blocks need 2 chunks a dot, so they run at M <= 4 only. Integer codes with fp16 scales and
+    A in blocks under 64 bytes take SCALE_W too (64-byte dots over 16- and 32-byte blocks, products
+    rounded to fp16), a zero point included."""
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
@@ -193,7 +195,8 @@ def test_swap_ab_tensor_core_kernel(case_args):
             assert not cfgs
             continue
         (cfg,) = cfgs
-        assert cfg["SCALE_W"] == (sf == "float8e4m3fn" and M > 1)
+        fp16_scaled_ints = wf in INT_FORMATS and sf == "float16" and dtype == torch.float16 and bs * e.bits // 8 < 64
+        assert cfg["SCALE_W"] == (sf == "float8e4m3fn" or fp16_scaled_ints)
         case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp,
                                global_scale=two)
         cfg = dict(cfg, SPLIT_K=split)

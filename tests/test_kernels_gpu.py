@@ -21,6 +21,7 @@ U = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 *
 CASES = [  # (weight_format, scale_format, block_size, zero point, two-level)
     ("int4", "float16", 32, False, False),
     ("uint4", "float16", 128, True, False),
+    ("uint4", "float16", 32, True, False),  # onnxruntime's quantizer with block 32: SCALE_W with zero points
     ("int8", "float16", 128, False, False),
     ("float8e4m3fn", "float16", 128, False, False),
     ("float4e2m1", "float8e8m0", 32, False, False),
