@@ -116,6 +116,13 @@ def _scale_folds_into_codes(element, scale_code, zero_point) -> bool:
             and (element.name, scale_code.name) == ("float4e2m1", "float8e4m3fn"))
 
 
+def _e8m0_folds_into_codes(element, scale_code, zero_point) -> bool:
+    """MXFP4: e2m1 codes times their E8M0 scales relative to the dot's largest (powers of two down to
+    2^-23 keep each product exact in fp16; SCALE_W in kernels/dequant_mma_kernel.py)."""
+    return (not zero_point and scale_code is not None
+            and (element.name, scale_code.name) == ("float4e2m1", "float8e8m0"))
+
+
 def _scale_rounds_into_codes(element, scale_code, a_dtype, bsb: int) -> bool:
     """Integer codes with fp16 scales and A, blocks under 64 bytes: SCALE_W rounds (q - z) * s once,
     as the tl.dot GEMM's operand (kernels/dequant_mma_kernel.py)."""
@@ -142,7 +149,8 @@ def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point
     codes with fp16 scales in blocks under 64 bytes (int4 block 32) also get SCALE_W configs, 64-byte
     dots (products rounded to fp16 as in the tl.dot GEMM): 1.3-1.5x the per-chunk scales at M = 4 and
     1.5-1.7x at M = 16, where 16-byte dots never won; at M = 1 the two are close (the autotuner picked
-    per-chunk), and for 64-byte blocks (int4 block 128) SCALE_W lost by 3-8%."""
+    per-chunk), and for 64-byte blocks (int4 block 128) SCALE_W lost by 3-8%. MXFP4 gets 64-byte
+    SCALE_W dots too (E8M0 factors relative to the dot's largest scale): 1.15-1.2x at M = 4-8."""
     bsb = block_size // element.codes_per_byte
     if M > MMA_MAX_M or a_dtype not in (torch.float16, torch.bfloat16) or element.codes_per_byte > 2:
         return []
@@ -158,7 +166,8 @@ def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point
             if bm == 1 and not zero_point:
                 groups = sorted({max(need, min(8, dk // chunk)) for dk in (64, 128)})
             dots = [(chunk, g, False) for g in groups]
-        if _scale_rounds_into_codes(element, scale_code, a_dtype, bsb):
+        if _scale_rounds_into_codes(element, scale_code, a_dtype, bsb) or \
+                (_e8m0_folds_into_codes(element, scale_code, zero_point) and bsb < 64):
             dots.append((64, 1, True))
     if not dots:
         return []
@@ -224,7 +233,7 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
         dqmm_mma_kernel[(cdiv(N, nb), split)](
             *args, BLOCK_M=cfg["BLOCK_M"], CHUNK=cfg["CHUNK"], GROUP=cfg["GROUP"],
             NDOT=bkb // (cfg["CHUNK"] * cfg["GROUP"]), USE_WS=split > 1, ASM=asm,
-            HW_FP8=hw, ACT_PAIRS=pairs, POW2=16384.0 if asm and element.name == "float4e2m1" else 1.0,
+            HW_FP8=hw, ACT_PAIRS=pairs, DECODE_EXP=14 if asm and element.name == "float4e2m1" else 0,
             DOT_F32=a2.dtype == torch.bfloat16 and not hw, LOOP_STAGES=cfg.get("LOOP_STAGES", 1),
             SCALE_W=bool(cfg.get("SCALE_W")), **common)
     elif gemv:
@@ -367,7 +376,7 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
     if not autotune.tuning_enabled():
         return candidates()[0]
     kernel = "gemv" if gemv else "gemm"
-    key = (f"dqmm-{kernel}|v9|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
+    key = (f"dqmm-{kernel}|v10|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
            f"s{_layout(s)}{'' if z is None else '|z' + _layout(z)}|"
            f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
            f"M{autotune.m_bucket(M)}|N{N}|K{K}")

@@ -25,6 +25,9 @@ a chunk may span blocks, and the fp32 multiply per chunk is gone:
 - Integer codes with fp16 scales and fp16 activations: (q - z) * s rounded once to fp16 (one
   packed multiply), the operand the tl.dot GEMM feeds its dot (its float32 q * s is exact, then
   cast), so the same error bound holds. Blocks of 16 bytes (int4 block 32) then take 64-byte dots.
+- MXFP4 (e2m1 codes, E8M0 scales, which fp16 cannot hold): each code times 2^(e - emax), its scale
+  relative to the row's largest of the dot's blocks (exact down to 2^-23, rounded once below), and
+  the dot's fp32 result times 2^(emax - 127): one fp32 multiply per 64-byte dot, not per 16 bytes.
 The scales (and zero points) are loaded once per (row, block) and broadcast over the block's bytes
 in registers: 1.15-1.3x loading the same value for every byte (benchmarks/RESULTS.md).
 
@@ -36,7 +39,7 @@ load latency otherwise; benchmarks/RESULTS.md). LOOP_STAGES 1 compiles to the pl
 Decoding on the GPU with fp16 activations is inline PTX on four bytes at a time (ASM): integer
 fields are put into fp16's mantissa under 1024 with one LOP3 per two codes and 1024 (+ the signed
 offset) is subtracted with one HADD2/HFMA2 per two codes; fp4 moves its bits into an fp16 pattern
-(value * 2^-14, undone by POW2 at the end). Otherwise (bf16 activations, the interpreter, other
+(value * 2^-14: DECODE_EXP 14, undone at the end). Otherwise (bf16 activations, the interpreter, other
 formats) the codes go through kernels/decode.py to float32 and are cast: exact for every format,
 since each code's value fits fp16 and bf16.
 """
@@ -191,14 +194,31 @@ def _codes(w, z, WFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr, DT: 
 @triton.jit
 def _times_scale(q, raw, SFMT: tl.constexpr, DT: tl.constexpr, HW_FP8: tl.constexpr):
     """Codes q (DT, minus their zero point) times their block scales (raw, q's layout) in DT (SCALE_W):
-    E4M3 scales of e2m1 codes (exact), or fp16 scales of fp16 codes (one rounding, as the GEMM's)."""
+    E4M3 scales of e2m1 codes (exact), fp16 scales of fp16 codes (one rounding, as the GEMM's), or
+    E8M0 factors relative to the dot's largest scale (float32 powers of two, _e8m0_relative)."""
     if SFMT == 1:
         r = q * raw
-    elif HW_FP8 and DT == tl.float16:
+    elif SFMT == 3 and HW_FP8:  # a power of two in DT (exact where it is one, else the product underflows too)
+        r = q * raw.to(DT)
+    elif SFMT == 4 and HW_FP8 and DT == tl.float16:
         r = q * raw.to(tl.float8e4nv, bitcast=True).to(DT)
-    else:  # via float32 (the triton 3.9 interpreter's bf16 multiply is wrong), then exact in DT
-        r = (q.to(tl.float32) * decode_scale(raw, 4)).to(DT)
+    else:  # via float32 (the triton 3.9 interpreter's bf16 multiply is wrong), then rounded once to DT
+        if SFMT == 3:
+            f = raw
+        else:
+            f = decode_scale(raw, 4)
+        r = (q.to(tl.float32) * f).to(DT)
     return r
+
+
+@triton.jit
+def _e8m0_relative(e, DECODE_EXP: tl.constexpr):
+    """[rows, NB] E8M0 codes -> (2^(e - emax + DECODE_EXP) in float32, emax [rows, 1]): each block's
+    scale relative to the row's largest in the dot, times the 2^DECODE_EXP the decoder took off.
+    The products then lie within DT's range whatever the scales; factors below 2^-126 are 0."""
+    emax = tl.max(e, axis=1)[:, None]
+    f = (tl.maximum(e - emax + (127 + DECODE_EXP), 0) << 23).to(tl.float32, bitcast=True)
+    return f, emax
 
 
 @triton.jit
@@ -249,7 +269,7 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                     BS: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, GROUP: tl.constexpr,
                     NDOT: tl.constexpr, USE_WS: tl.constexpr, ASM: tl.constexpr, HW_FP8: tl.constexpr,
-                    ACT_PAIRS: tl.constexpr, POW2: tl.constexpr, DOT_F32: tl.constexpr,
+                    ACT_PAIRS: tl.constexpr, DECODE_EXP: tl.constexpr, DOT_F32: tl.constexpr,
                     LOOP_STAGES: tl.constexpr, SCALE_W: tl.constexpr):
     """Y[m, n] for m < M <= BLOCK_M: column j * BLOCK_M + m of the dot is chunk j's partial sum for
     row m, scaled per (row, chunk) in float32 and summed over j at the end."""
@@ -297,13 +317,18 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                 if SCALE_W:
                     z = _per_byte(z, BLOCK_N, NB, RUN)
             q0, q1 = _codes(w, z, WFMT, BITS, CPB, DT, ASM, HW_FP8, HAS_ZP)
+            raw = tl.load(s_rows + grp * stride_sg, mask=gmask, other=0)
+            raw_after = raw  # the scale applied to the dot's fp32 result
+            into = tl.zeros((BLOCK_N, NC), tl.float32)
             if SCALE_W:
-                sw = _per_byte(tl.load(s_rows + grp * stride_sg, mask=gmask, other=0), BLOCK_N, NB, RUN)
+                if SFMT == 3:  # E8M0: relative factors in the codes, the dot's largest scale after it
+                    raw, emax = _e8m0_relative(raw.to(tl.int32), DECODE_EXP)
+                    raw_after = emax
+                else:
+                    into = acc  # the products are final: accumulate in the dot itself
+                sw = _per_byte(raw, BLOCK_N, NB, RUN)
                 q0 = _times_scale(q0, sw, SFMT, DT, HW_FP8)
                 q1 = _times_scale(q1, sw, SFMT, DT, HW_FP8)
-                into = acc  # the products are final: accumulate in the dot itself
-            else:
-                into = tl.zeros((BLOCK_N, NC), tl.float32)
             if CPB == 1:
                 part = _dot(q0, _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 1, 0), into, DOT_F32)
             else:
@@ -313,16 +338,16 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                     even = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 0)
                     odd = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 1)
                 part = _dot(q1, odd, _dot(q0, even, into, DOT_F32), DOT_F32)
-            if SCALE_W:
+            if SCALE_W and SFMT != 3:
                 acc = part
-            else:
-                acc += part * decode_scale(tl.load(s_rows + grp * stride_sg, mask=gmask, other=0), SFMT)
+            else:  # one scale a (row, chunk), or the E8M0 dot's largest
+                acc += part * decode_scale(raw_after, SFMT)
     if GROUP > 1:
         y = tl.sum(tl.reshape(acc, (BLOCK_N, GROUP, BLOCK_M)), axis=1)
     else:
         y = acc
-    if POW2 != 1.0:
-        y = y * POW2
+    if DECODE_EXP != 0 and not (SCALE_W and SFMT == 3):
+        y = y * (1 << DECODE_EXP)
     if HAS_GS:
         y = y * tl.load(gs_ptr).to(tl.float32)
     offs_m = tl.arange(0, BLOCK_M)

@@ -8,6 +8,8 @@ for fp16, 2^-8 for bf16, 0 for the fp32 GEMV); the output cast adds u_out * |y|.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -177,7 +179,8 @@ def test_swap_ab_tensor_core_kernel(case_args):
     NVFP4 folds its E4M3 scales into the codes (SCALE_W): 64-byte dots over 8-byte blocks; other
     8-byte blocks need 2 chunks a dot, so they run at M <= 4 only. Integer codes with fp16 scales and
     A in blocks under 64 bytes take SCALE_W too (64-byte dots over 16- and 32-byte blocks, products
-    rounded to fp16), a zero point included."""
+    rounded to fp16), a zero point included, and so does MXFP4 (E8M0 factors relative to the dot's
+    largest scale)."""
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
@@ -196,7 +199,8 @@ def test_swap_ab_tensor_core_kernel(case_args):
             continue
         (cfg,) = cfgs
         fp16_scaled_ints = wf in INT_FORMATS and sf == "float16" and dtype == torch.float16 and bs * e.bits // 8 < 64
-        assert cfg["SCALE_W"] == (sf == "float8e4m3fn" or fp16_scaled_ints)
+        mxfp4 = (wf, sf) == ("float4e2m1", "float8e8m0")
+        assert cfg["SCALE_W"] == (sf == "float8e4m3fn" or fp16_scaled_ints or mxfp4)
         case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp,
                                global_scale=two)
         cfg = dict(cfg, SPLIT_K=split)
@@ -252,6 +256,38 @@ def test_nvfp4_codes_times_their_scales_are_exact_in_fp16_and_bf16():
     prod = np.outer(e2m1, e4m3[np.isfinite(e4m3)])
     for dt, factor in ((np.float16, 1.0), (np.float16, 2.0 ** -14), (ml_dtypes.bfloat16, 1.0)):
         np.testing.assert_array_equal((prod * factor).astype(dt).astype(np.float64), prod * factor)
+
+
+def test_mxfp4_scale_w_over_widely_spread_and_special_scales():
+    """MXFP4's SCALE_W scales each code by its E8M0 scale relative to the largest of the dot's 4
+    blocks: exact within 2^23 of it, rounded to fp16 below (within the dot's error bound); code 0
+    (2^-127) and spreads of 0-60 binades give the reference result, and a NaN scale (0xFF) makes
+    its row NaN, as the per-chunk scales do."""
+    import importlib
+
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
+    from onnxfuse.kernels import inputs
+
+    rng = np.random.default_rng(5)
+    K, N = 256, 21
+    e, sc = inputs.formats("float4e2m1", "float8e8m0")
+    case = ref.random_rows(rng, N, K, weight_format="float4e2m1", scale_format="float8e8m0", block_size=32)
+    spreads = [0, 1, 22, 23, 24, 30, 60]
+    for r in range(N):
+        top = int(rng.integers(118, 128))  # outputs within fp16's normal range
+        case.scale[r] = [max(top - int(rng.choice(spreads)), 0) for _ in range(case.scale.shape[1])]
+        case.scale[r, rng.integers(0, case.scale.shape[1])] = top
+    case.scale[3, 1] = 0
+    case.scale[4, :4] = 0
+    for M, dtype in ((3, torch.float16), (16, torch.bfloat16)):
+        (cfg,) = D.mma_candidates(M, N, K // 2, e, 32, dtype, torch.device("cpu"), scale_code=sc)
+        assert cfg["SCALE_W"]
+        a = rng.standard_normal((M, K)).astype(np.float32)
+        _check(_run(case, a, None, N=N, config=cfg, dtype=dtype), case, a, None, dot_dtype=dtype)
+        nan_case = dataclasses.replace(case, scale=case.scale.copy())
+        nan_case.scale[7, 5] = 0xFF
+        y = _run(nan_case, a, None, N=N, config=cfg, dtype=dtype)
+        assert torch.isnan(y[:, 7]).all() and not torch.isnan(y[:, np.arange(N) != 7]).any()
 
 
 def test_swap_ab_kernel_declines_what_it_cannot_tile():
