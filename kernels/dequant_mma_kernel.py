@@ -192,21 +192,31 @@ def _codes(w, z, WFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr, DT: 
 
 
 @triton.jit
-def _times_scale(q, raw, SFMT: tl.constexpr, DT: tl.constexpr, HW_FP8: tl.constexpr):
-    """Codes q (DT, minus their zero point) times their block scales (raw, q's layout) in DT (SCALE_W):
-    E4M3 scales of e2m1 codes (exact), fp16 scales of fp16 codes (one rounding, as the GEMM's), or
-    E8M0 factors relative to the dot's largest scale (float32 powers of two, _e8m0_relative)."""
+def _block_factor(raw, SFMT: tl.constexpr, DT: tl.constexpr, HW_FP8: tl.constexpr):
+    """[rows, NB] block scales -> the factors SCALE_W multiplies codes by, per block (so each is
+    converted once, not once per byte): fp16 scales as they are, E4M3 or the E8M0 relative factors
+    (float32 powers of two, _e8m0_relative) in DT on the GPU, else float32."""
     if SFMT == 1:
-        r = q * raw
-    elif SFMT == 3 and HW_FP8:  # a power of two in DT (exact where it is one, else the product underflows too)
-        r = q * raw.to(DT)
+        f = raw
+    elif SFMT == 3 and HW_FP8:  # a power of two: exact in DT, or small enough that the product is 0 too
+        f = raw.to(DT)
     elif SFMT == 4 and HW_FP8 and DT == tl.float16:
-        r = q * raw.to(tl.float8e4nv, bitcast=True).to(DT)
-    else:  # via float32 (the triton 3.9 interpreter's bf16 multiply is wrong), then rounded once to DT
-        if SFMT == 3:
-            f = raw
-        else:
-            f = decode_scale(raw, 4)
+        f = raw.to(tl.float8e4nv, bitcast=True).to(DT)
+    elif SFMT == 3:
+        f = raw
+    else:
+        f = decode_scale(raw, 4)
+    return f
+
+
+@triton.jit
+def _times_scale(q, f, DT: tl.constexpr):
+    """Codes q (DT, minus their zero point) times their factors f (q's layout): in DT, exact for E4M3
+    and E8M0 factors of e2m1 codes, one rounding for fp16 scales of integer codes (as the GEMM's);
+    float32 factors via float32 (the triton 3.9 interpreter's bf16 multiply is wrong), rounded once."""
+    if f.dtype == DT:
+        r = q * f
+    else:
         r = (q.to(tl.float32) * f).to(DT)
     return r
 
@@ -326,9 +336,9 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                     raw_after = emax
                 else:
                     into = acc  # the products are final: accumulate in the dot itself
-                sw = _per_byte(raw, BLOCK_N, NB, RUN)
-                q0 = _times_scale(q0, sw, SFMT, DT, HW_FP8)
-                q1 = _times_scale(q1, sw, SFMT, DT, HW_FP8)
+                sw = _per_byte(_block_factor(raw, SFMT, DT, HW_FP8), BLOCK_N, NB, RUN)
+                q0 = _times_scale(q0, sw, DT)
+                q1 = _times_scale(q1, sw, DT)
             if CPB == 1:
                 part = _dot(q0, _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 1, 0), into, DOT_F32)
             else:
