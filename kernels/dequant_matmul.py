@@ -117,7 +117,7 @@ def _scale_folds_into_codes(element, scale_code, zero_point) -> bool:
 
 
 def _e8m0_folds_into_codes(element, scale_code, zero_point) -> bool:
-    """MXFP4: e2m1 codes times their E8M0 scales relative to the dot's largest (powers of two down to
+    """MXFP4: e2m1 codes times their E8M0 scales relative to the row's largest (powers of two down to
     2^-23 keep each product exact in fp16; SCALE_W in kernels/dequant_mma_kernel.py)."""
     return (not zero_point and scale_code is not None
             and (element.name, scale_code.name) == ("float4e2m1", "float8e8m0"))
@@ -150,7 +150,7 @@ def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point
     dots (products rounded to fp16 as in the tl.dot GEMM): 1.3-1.5x the per-chunk scales at M = 4 and
     1.5-1.7x at M = 16, where 16-byte dots never won; at M = 1 the two are close (the autotuner picked
     per-chunk), and for 64-byte blocks (int4 block 128) SCALE_W lost by 3-8%. MXFP4 gets 64-byte
-    SCALE_W dots too (E8M0 factors relative to the dot's largest scale): 1.15-1.2x at M = 4-8."""
+    SCALE_W dots too (E8M0 factors relative to the row's largest scale): 1.3-1.4x at M = 4-8."""
     bsb = block_size // element.codes_per_byte
     if M > MMA_MAX_M or a_dtype not in (torch.float16, torch.bfloat16) or element.codes_per_byte > 2:
         return []
@@ -268,16 +268,15 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
 def _materialise(a2, w, s, z, gs, bias, out2, *, K, block_size, element, scale_code):
     """Decode W once ([N, K] in A's dtype on a GPU, float32 on a CPU), then one library matmul."""
     on_gpu = a2.device.type == "cuda"
-    wdt = a2.dtype if on_gpu else torch.float32
     wd = decode_rows_device(w, s, z, gs, K=K, block_size=block_size, element=element, scale_code=scale_code,
-                            out_dtype=wdt)
-    if on_gpu:
-        y = torch.matmul(a2, wd.t())  # cuBLAS accumulates fp16/bf16 products in fp32
-    else:
+                            out_dtype=a2.dtype if on_gpu else torch.float32)
+    if not on_gpu:
         y = torch.matmul(a2.to(torch.float32), wd.t())
-    if bias is not None:
-        y = y + bias.to(y.dtype)
-    out2.copy_(y)
+        out2.copy_(y if bias is None else y + bias.to(y.dtype))
+    elif bias is None:  # cuBLAS accumulates fp16/bf16 products in fp32, written straight into out
+        torch.mm(a2, wd.t(), out=out2)
+    else:  # the bias added in cuBLAS's epilogue, before the one rounding to A's dtype
+        torch.addmm(bias.to(a2.dtype), a2, wd.t(), out=out2)
     return out2
 
 
@@ -376,7 +375,7 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
     if not autotune.tuning_enabled():
         return candidates()[0]
     kernel = "gemv" if gemv else "gemm"
-    key = (f"dqmm-{kernel}|v10|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
+    key = (f"dqmm-{kernel}|v11|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
            f"s{_layout(s)}{'' if z is None else '|z' + _layout(z)}|"
            f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
            f"M{autotune.m_bucket(M)}|N{N}|K{K}")

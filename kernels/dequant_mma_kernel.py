@@ -26,8 +26,8 @@ a chunk may span blocks, and the fp32 multiply per chunk is gone:
   packed multiply), the operand the tl.dot GEMM feeds its dot (its float32 q * s is exact, then
   cast), so the same error bound holds. Blocks of 16 bytes (int4 block 32) then take 64-byte dots.
 - MXFP4 (e2m1 codes, E8M0 scales, which fp16 cannot hold): each code times 2^(e - emax), its scale
-  relative to the row's largest of the dot's blocks (exact down to 2^-23, rounded once below), and
-  the dot's fp32 result times 2^(emax - 127): one fp32 multiply per 64-byte dot, not per 16 bytes.
+  relative to the row's largest in the program's K range (exact down to 2^-23, rounded once below),
+  and the program's sum times 2^(emax - 127) once at the end.
 The scales (and zero points) are loaded once per (row, block) and broadcast over the block's bytes
 in registers: 1.15-1.3x loading the same value for every byte (benchmarks/RESULTS.md).
 
@@ -222,13 +222,31 @@ def _times_scale(q, f, DT: tl.constexpr):
 
 
 @triton.jit
-def _e8m0_relative(e, DECODE_EXP: tl.constexpr):
-    """[rows, NB] E8M0 codes -> (2^(e - emax + DECODE_EXP) in float32, emax [rows, 1]): each block's
-    scale relative to the row's largest in the dot, times the 2^DECODE_EXP the decoder took off.
-    The products then lie within DT's range whatever the scales; factors below 2^-126 are 0."""
-    emax = tl.max(e, axis=1)[:, None]
-    f = (tl.maximum(e - emax + (127 + DECODE_EXP), 0) << 23).to(tl.float32, bitcast=True)
-    return f, emax
+def _e8m0_row_max(s_rows, stride_sg, n_mask, kb_start, kb_end, BSB: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The largest E8M0 code of each row's blocks in bytes [kb_start, kb_end) ([BLOCK_N, 1] int32):
+    what this program's SCALE_W factors are relative to, found once (the scales are 1/16 of the bytes).
+    Halving by split and maximum, not tl.max: after a reduce Triton no longer moves the factors'
+    layout conversion onto the scales, and the decoded weight takes a shared-memory round trip to
+    the dot (16 STS.128 and 32 LDS.64 more a loop step in the sm_90 SASS)."""
+    emax = tl.zeros((BLOCK_N, 1), tl.int32)
+    g_end = tl.cdiv(kb_end, BSB)
+    for g0 in range(kb_start // BSB, g_end, 64):
+        g = g0 + tl.arange(0, 64)
+        x = tl.load(s_rows + g[None, :] * stride_sg, mask=n_mask[:, None] & (g < g_end)[None, :], other=0)
+        x = x.to(tl.int32)
+        for i in tl.static_range(6):
+            lo, hi = tl.split(tl.reshape(x, (BLOCK_N, 32 >> i, 2)))
+            x = tl.maximum(lo, hi)
+        emax = tl.maximum(emax, x)
+    return emax
+
+
+@triton.jit
+def _e8m0_relative(e, emax, DECODE_EXP: tl.constexpr):
+    """[rows, NB] E8M0 codes -> 2^(e - emax + DECODE_EXP) in float32: each block's scale relative to
+    its row's largest (emax [rows, 1]), times the 2^DECODE_EXP the decoder took off. The products then
+    lie within DT's range whatever the scales; factors below 2^-126 are 0."""
+    return (tl.maximum(e - emax + (127 + DECODE_EXP), 0) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -306,6 +324,8 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
     kb_start = pid_k * kb_per_split
     kb_end = tl.minimum(kb_start + kb_per_split, Kb)
     acc = tl.zeros((BLOCK_N, NC), tl.float32)
+    if SCALE_W and SFMT == 3:
+        emax = _e8m0_row_max(s_rows, stride_sg, n_mask, kb_start, kb_end, BS // CPB, BLOCK_N)
     for kb0 in tl.range(kb_start, kb_end, DK * NDOT, num_stages=LOOP_STAGES):
         for d in tl.static_range(NDOT):
             c0 = kb0 + d * DK
@@ -328,14 +348,11 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                     z = _per_byte(z, BLOCK_N, NB, RUN)
             q0, q1 = _codes(w, z, WFMT, BITS, CPB, DT, ASM, HW_FP8, HAS_ZP)
             raw = tl.load(s_rows + grp * stride_sg, mask=gmask, other=0)
-            raw_after = raw  # the scale applied to the dot's fp32 result
             into = tl.zeros((BLOCK_N, NC), tl.float32)
-            if SCALE_W:
-                if SFMT == 3:  # E8M0: relative factors in the codes, the dot's largest scale after it
-                    raw, emax = _e8m0_relative(raw.to(tl.int32), DECODE_EXP)
-                    raw_after = emax
-                else:
-                    into = acc  # the products are final: accumulate in the dot itself
+            if SCALE_W:  # the products are final: accumulate in the dot itself
+                into = acc
+                if SFMT == 3:  # E8M0: relative factors in the codes, the row's largest scale at the end
+                    raw = _e8m0_relative(raw.to(tl.int32), emax, DECODE_EXP)
                 sw = _per_byte(_block_factor(raw, SFMT, DT, HW_FP8), BLOCK_N, NB, RUN)
                 q0 = _times_scale(q0, sw, DT)
                 q1 = _times_scale(q1, sw, DT)
@@ -348,15 +365,17 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                     even = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 0)
                     odd = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 1)
                 part = _dot(q1, odd, _dot(q0, even, into, DOT_F32), DOT_F32)
-            if SCALE_W and SFMT != 3:
+            if SCALE_W:
                 acc = part
-            else:  # one scale a (row, chunk), or the E8M0 dot's largest
-                acc += part * decode_scale(raw_after, SFMT)
+            else:  # one scale a (row, chunk)
+                acc += part * decode_scale(raw, SFMT)
     if GROUP > 1:
         y = tl.sum(tl.reshape(acc, (BLOCK_N, GROUP, BLOCK_M)), axis=1)
     else:
         y = acc
-    if DECODE_EXP != 0 and not (SCALE_W and SFMT == 3):
+    if SCALE_W and SFMT == 3:
+        y = y * decode_scale(emax, 3)
+    elif DECODE_EXP != 0:
         y = y * (1 << DECODE_EXP)
     if HAS_GS:
         y = y * tl.load(gs_ptr).to(tl.float32)

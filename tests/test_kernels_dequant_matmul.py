@@ -259,10 +259,10 @@ def test_nvfp4_codes_times_their_scales_are_exact_in_fp16_and_bf16():
 
 
 def test_mxfp4_scale_w_over_widely_spread_and_special_scales():
-    """MXFP4's SCALE_W scales each code by its E8M0 scale relative to the largest of the dot's 4
-    blocks: exact within 2^23 of it, rounded to fp16 below (within the dot's error bound); code 0
-    (2^-127) and spreads of 0-60 binades give the reference result, and a NaN scale (0xFF) makes
-    its row NaN, as the per-chunk scales do."""
+    """MXFP4's SCALE_W scales each code by its E8M0 scale relative to the largest of its row's blocks
+    in the program's K range: exact within 2^23 of it, rounded to fp16 below (within the dot's error
+    bound); code 0 (2^-127), spreads of 0-60 binades and one large scale anywhere in a row or a split
+    give the reference result, and a NaN scale (0xFF) makes its row NaN, as the per-chunk scales do."""
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
@@ -277,11 +277,16 @@ def test_mxfp4_scale_w_over_widely_spread_and_special_scales():
         top = int(rng.integers(118, 128))  # outputs within fp16's normal range
         case.scale[r] = [max(top - int(rng.choice(spreads)), 0) for _ in range(case.scale.shape[1])]
         case.scale[r, rng.integers(0, case.scale.shape[1])] = top
+    g = np.arange(case.scale.shape[1])  # a row's one large scale first, last, and in each split half
+    case.scale[:3] = 95
+    case.scale[0, 0] = case.scale[1, -1] = 125
+    case.scale[2, g % 4 == 2] = 125
     case.scale[3, 1] = 0
     case.scale[4, :4] = 0
-    for M, dtype in ((3, torch.float16), (16, torch.bfloat16)):
+    for M, dtype, split in ((3, torch.float16, 1), (16, torch.bfloat16, 1), (3, torch.float16, 2)):
         (cfg,) = D.mma_candidates(M, N, K // 2, e, 32, dtype, torch.device("cpu"), scale_code=sc)
         assert cfg["SCALE_W"]
+        cfg = dict(cfg, SPLIT_K=split)
         a = rng.standard_normal((M, K)).astype(np.float32)
         _check(_run(case, a, None, N=N, config=cfg, dtype=dtype), case, a, None, dot_dtype=dtype)
         nan_case = dataclasses.replace(case, scale=case.scale.copy())
