@@ -196,16 +196,14 @@ def _block_factor(raw, SFMT: tl.constexpr, DT: tl.constexpr, HW_FP8: tl.constexp
     """[rows, NB] block scales -> the factors SCALE_W multiplies codes by, per block (so each is
     converted once, not once per byte): fp16 scales as they are, E4M3 or the E8M0 relative factors
     (float32 powers of two, _e8m0_relative) in DT on the GPU, else float32."""
-    if SFMT == 1:
-        f = raw
+    if SFMT == 4 and HW_FP8 and DT == tl.float16:
+        f = raw.to(tl.float8e4nv, bitcast=True).to(DT)
+    elif SFMT == 4:
+        f = decode_scale(raw, 4)
     elif SFMT == 3 and HW_FP8:  # a power of two: exact in DT, or small enough that the product is 0 too
         f = raw.to(DT)
-    elif SFMT == 4 and HW_FP8 and DT == tl.float16:
-        f = raw.to(tl.float8e4nv, bitcast=True).to(DT)
-    elif SFMT == 3:
+    else:  # fp16 scales, or the E8M0 factors in float32 (the interpreter)
         f = raw
-    else:
-        f = decode_scale(raw, 4)
     return f
 
 
