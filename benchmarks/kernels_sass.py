@@ -2,12 +2,18 @@
 
     TRITON_INTERPRET=0 python benchmarks/kernels_sass.py [--formats int4,int8,fp8,mxfp4,nvfp4]
                                                           [--tile 32x256] [--warps 4] [--loop-stages 1]
+    TRITON_INTERPRET=0 python benchmarks/kernels_sass.py --kernel mma [--formats int4,mxfp4,nvfp4] [--m 4]
 
 Compiles dqmm_gemv_kernel (M = 1) with Triton's own ptxas, disassembles it with nvdisasm and prints
 the instruction mix and the instructions per weight byte (kernel total / bytes one thread loads per K
 step: the loop dominates). At 4.05 TB/s an H200 issues about 8.3 thread-instructions per weight byte
 (132 SMs x 4 schedulers x 1.98 GHz x 32 lanes / 4.05e12 B/s), so a GEMV above that is issue-bound.
 Pointer and size arguments are specialised as divisible by 16, as Triton does at a real launch.
+
+`--kernel mma` compiles the swap-AB kernel (dqmm_mma_kernel) with the SCALE_W config the autotuner
+picks at M = 4-16 (BLOCK_N 32, 64-byte dots, two a K step, 2 warps, LOOP_STAGES 3) and prints its
+main loop: instruction count and shared-memory instructions (a decoded weight that reaches the dot
+through shared memory shows up as STS.128 / LDS.64 there).
 """
 
 from __future__ import annotations
@@ -29,17 +35,20 @@ FORMATS = {
     "mxfp4": (8, 4, 2, 0, 16384.0, 0, 32, 3),
     "nvfp4": (8, 4, 2, 0, 16384.0, 0, 16, 4),
 }
-INT_ARGS = ["M", "N", "K", "Kb", "G", "stride_am", "stride_wn", "stride_sn", "stride_zn", "stride_om", "kb_per_split"]
+# name: (WFMT, SFMT, block size) for the swap-AB kernel's SCALE_W path (fp16 scales for int4)
+MMA_FORMATS = {"int4": (2, 1, 32), "mxfp4": (8, 3, 32), "nvfp4": (8, 4, 16)}
 ALIGNED = ["a_ptr", "w_ptr", "s_ptr", "z_ptr", "gs_ptr", "bias_ptr", "out_ptr", "ws_ptr", "N", "K", "Kb", "stride_am",
-           "stride_wn", "stride_zn", "stride_om", "kb_per_split"]
+           "stride_wn", "stride_sg", "stride_om", "kb_per_split"]
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--formats", default=",".join(FORMATS))
+    p.add_argument("--formats", help=f"default: {','.join(FORMATS)} (gemv), {','.join(MMA_FORMATS)} (mma)")
     p.add_argument("--tile", default="32x256", help="BLOCK_N x BLOCK_KB")
     p.add_argument("--warps", type=int, default=4)
     p.add_argument("--loop-stages", type=int, default=1)
+    p.add_argument("--kernel", choices=("gemv", "mma"), default="gemv")
+    p.add_argument("--m", type=int, default=4, help="BLOCK_M of the mma kernel")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print("run with TRITON_INTERPRET=0 (this compiles for sm_90; nothing is launched)")
@@ -52,34 +61,88 @@ def main(argv=None) -> int:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    compile_sm90 = lambda fn, const, sfmt, warps: triton.compile(  # noqa: E731
+        ASTSource(fn, _signature(fn, const, sfmt), const, _aligned(fn)), target=GPUTarget("cuda", 90, 32),
+        options=dict(num_warps=warps, num_stages=3 if args.kernel == "gemv" else 1))
+    if args.kernel == "mma":
+        return _mma(args, compile_sm90, triton)
     from onnxfuse.kernels.dequant_gemv_kernel import dqmm_gemv_kernel as fn
 
     bn, bkb = (int(v) for v in args.tile.split("x"))
-    names = list(inspect.signature(fn.fn).parameters)
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-    for fname in args.formats.split(","):
+    for fname in (args.formats or ",".join(FORMATS)).split(","):
         wfmt, bits, cpb, flip, base, shift, bs, sfmt = FORMATS[fname]
         bsb = min(bs // cpb, bkb)
         const = dict(WFMT=wfmt, SFMT=sfmt, BITS=bits, CPB=cpb, BS=bs, FLIP=flip, HAS_ZP=False,
                      HAS_GS=fname == "nvfp4", HAS_BIAS=False, BLOCK_M=1, BLOCK_N=bn, NG=bkb // bsb, BSB=bsb,
                      USE_WS=False, HW_FP8=True, ACT_BASE=base, ACT_SHIFT=shift, LOOP_STAGES=args.loop_stages)
-        sig = {"a_ptr": "*fp16", "w_ptr": "*u8", "s_ptr": "*fp16" if sfmt == 1 else "*u8", "z_ptr": "*u8",
-               "gs_ptr": "*fp32", "bias_ptr": "*fp16", "out_ptr": "*fp16", "ws_ptr": "*fp32"}
-        sig.update({n: "i32" for n in INT_ARGS})
-        sig.update({n: "constexpr" for n in const})
-        attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED}
-        k = triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
-                           options=dict(num_warps=args.warps, num_stages=3))
-        with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-            f.write(k.asm["cubin"])
-        sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
-        os.unlink(f.name)
+        k = compile_sm90(fn, const, sfmt, args.warps)
+        sass = _sass(k, triton)
         ops = [o.split(".")[0] for o in re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass, re.M)]
         per_thread = bn * bkb // (32 * args.warps)
         mix = ", ".join(f"{op} {n}" for op, n in collections.Counter(ops).most_common(10))
         print(f"{fname}: {len(ops)} SASS instructions, {per_thread} weight bytes per thread per K step: "
               f"{len(ops) / per_thread:.1f} instr/byte (upper bound); cp.async {k.asm['ptx'].count('cp.async.c')}; "
               f"{mix}", flush=True)
+    return 0
+
+
+def _signature(fn, const, sfmt) -> dict:
+    """Triton types of the kernel's arguments: fp16 A, uint8 codes, the scale's storage, int32 sizes."""
+    ptrs = {"a_ptr": "*fp16", "w_ptr": "*u8", "s_ptr": "*fp16" if sfmt == 1 else "*u8", "z_ptr": "*u8",
+            "gs_ptr": "*fp32", "bias_ptr": "*fp16", "out_ptr": "*fp16", "ws_ptr": "*fp32"}
+    return {n: "constexpr" if n in const else ptrs.get(n, "i32") for n in inspect.signature(fn.fn).parameters}
+
+
+def _aligned(fn) -> dict:
+    names = list(inspect.signature(fn.fn).parameters)
+    return {(names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED}
+
+
+def _sass(k, triton) -> str:
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(k.asm["cubin"])
+    try:
+        return subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(f.name)
+
+
+def _main_loop(sass: str) -> list[str]:
+    """The instructions of the longest backward-branch loop holding an HMMA (the K loop)."""
+    labels, ins = {}, []
+    for line in sass.splitlines():
+        m = re.match(r"^\s*(\.L_x_\d+):", line)
+        if m:
+            labels[m.group(1)] = len(ins)
+        elif m := re.match(r"^\s+/\*[0-9a-f]+\*/\s+(.*)$", line):
+            ins.append(re.sub(r"^@!?U?P\w+\s+", "", m.group(1)))
+    best = []
+    for i, t in enumerate(ins):
+        m = re.search(r"BRA\s+`?\(?(\.L_x_\d+)", t)
+        if m and labels.get(m.group(1), i) < i:
+            body = ins[labels[m.group(1)]:i + 1]
+            if any(b.startswith("HMMA") for b in body) and len(body) > len(best):
+                best = body
+    return best
+
+
+def _mma(args, compile_sm90, triton) -> int:
+    from onnxfuse.kernels.dequant_mma_kernel import dqmm_mma_kernel as fn
+
+    for fname in (args.formats or ",".join(MMA_FORMATS)).split(","):
+        if fname not in MMA_FORMATS:
+            print(f"{fname}: no SCALE_W swap-AB case (choose from {', '.join(MMA_FORMATS)})")
+            return 2
+        wfmt, sfmt, bs = MMA_FORMATS[fname]
+        const = dict(WFMT=wfmt, SFMT=sfmt, BITS=4, CPB=2, BS=bs, HAS_ZP=False, HAS_GS=fname == "nvfp4",
+                     HAS_BIAS=False, BLOCK_M=args.m, BLOCK_N=32, CHUNK=64, GROUP=1, NDOT=2, USE_WS=True, ASM=True,
+                     HW_FP8=True, ACT_PAIRS=True, DECODE_EXP=14 if wfmt == 8 else 0, DOT_F32=False, LOOP_STAGES=3,
+                     SCALE_W=True)
+        loop = _main_loop(_sass(compile_sm90(fn, const, sfmt, 2), triton))
+        shared = collections.Counter(op for op in (b.split()[0] for b in loop) if re.match(r"(STS|LDS)", op))
+        print(f"{fname} (M <= {args.m}): K loop of {len(loop)} SASS instructions (two 64-byte dots); "
+              f"shared memory: {', '.join(f'{op} {n}' for op, n in sorted(shared.items()))}", flush=True)
     return 0
 
 

@@ -1,0 +1,28 @@
+"""The swap-AB kernel's sm_90 SASS, compiled here without a GPU (benchmarks/kernels_sass.py): MXFP4's
+decoded weight must reach the dot in registers, as NVFP4's does. A tl.max over the scales once sent
+it through shared memory (16 STS.128 and 32 LDS.64 more a K step, 1.13-1.22x slower at M = 8)."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+triton = pytest.importorskip("triton")
+
+TOOL = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "kernels_sass.py"
+
+
+def test_mxfp4_scale_w_loop_keeps_the_decoded_weight_out_of_shared_memory():
+    if not os.path.exists(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")):
+        pytest.skip("this triton wheel ships no nvdisasm")
+    # its own process: triton.jit makes interpreted functions when TRITON_INTERPRET=1 at import
+    run = subprocess.run([sys.executable, str(TOOL), "--kernel", "mma", "--formats", "mxfp4,nvfp4"],
+                         env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = dict(line.split(" (", 1) for line in run.stdout.strip().splitlines())
+    assert set(lines) == {"mxfp4", "nvfp4"}, run.stdout
+    for fmt, line in lines.items():
+        assert "K loop of" in line, line
+        assert "STS.128" not in line and "LDS.64" not in line, f"{fmt}: {line}"
