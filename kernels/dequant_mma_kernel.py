@@ -346,14 +346,15 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                     z = _per_byte(z, BLOCK_N, NB, RUN)
             q0, q1 = _codes(w, z, WFMT, BITS, CPB, DT, ASM, HW_FP8, HAS_ZP)
             raw = tl.load(s_rows + grp * stride_sg, mask=gmask, other=0)
-            into = tl.zeros((BLOCK_N, NC), tl.float32)
             if SCALE_W:  # the products are final: accumulate in the dot itself
-                into = acc
                 if SFMT == 3:  # E8M0: relative factors in the codes, the row's largest scale at the end
                     raw = _e8m0_relative(raw.to(tl.int32), emax, DECODE_EXP)
                 sw = _per_byte(_block_factor(raw, SFMT, DT, HW_FP8), BLOCK_N, NB, RUN)
                 q0 = _times_scale(q0, sw, DT)
                 q1 = _times_scale(q1, sw, DT)
+                into = acc
+            else:
+                into = tl.zeros((BLOCK_N, NC), tl.float32)
             if CPB == 1:
                 part = _dot(q0, _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 1, 0), into, DOT_F32)
             else:
