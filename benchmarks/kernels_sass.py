@@ -44,9 +44,9 @@ ALIGNED = ["a_ptr", "w_ptr", "s_ptr", "z_ptr", "gs_ptr", "bias_ptr", "out_ptr", 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--formats", help=f"default: {','.join(FORMATS)} (gemv), {','.join(MMA_FORMATS)} (mma)")
-    p.add_argument("--tile", default="32x256", help="BLOCK_N x BLOCK_KB")
-    p.add_argument("--warps", type=int, default=4)
-    p.add_argument("--loop-stages", type=int, default=1)
+    p.add_argument("--tile", default="32x256", help="BLOCK_N x BLOCK_KB of the gemv")
+    p.add_argument("--warps", type=int, default=4, help="of the gemv (mma: 2)")
+    p.add_argument("--loop-stages", type=int, default=1, help="of the gemv (mma: 3)")
     p.add_argument("--kernel", choices=("gemv", "mma"), default="gemv")
     p.add_argument("--m", type=int, default=4, help="BLOCK_M of the mma kernel")
     args = p.parse_args(argv)

@@ -179,7 +179,7 @@ def test_swap_ab_tensor_core_kernel(case_args):
     NVFP4 folds its E4M3 scales into the codes (SCALE_W): 64-byte dots over 8-byte blocks; other
     8-byte blocks need 2 chunks a dot, so they run at M <= 4 only. Integer codes with fp16 scales and
     A in blocks under 64 bytes take SCALE_W too (64-byte dots over 16- and 32-byte blocks, products
-    rounded to fp16), a zero point included, and so does MXFP4 (E8M0 factors relative to the dot's
+    rounded to fp16), a zero point included, and so does MXFP4 (E8M0 factors relative to the row's
     largest scale)."""
     import importlib
 
