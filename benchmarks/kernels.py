@@ -11,7 +11,9 @@ Columns per (shape, M, format), all in microseconds:
                 (int4/int8 formats only; wall time per run_with_iobinding, as ORT is used)
   (e) roofline  max(weight bytes / measured HBM read bandwidth, FLOPs / measured cuBLAS fp16 peak)
 (a)-(c) are device time of CUDA-graph replays, rotating over enough weight copies that the
-weights do not sit in the 60 MB L2 between calls. Activations are random fp16.
+weights do not sit in the 60 MB L2 between calls. Activations are random fp16. Weights are random
+codes made on the device; each row is checked against (c)'s weight, decoded by (b)'s torch ops
+(not by onnxfuse), in float32.
 """
 
 from __future__ import annotations
@@ -91,8 +93,28 @@ def measure_ceilings(torch):
     return max(bw_sum, bw_gemv), bw_sum, bw_gemv, peak
 
 
-def torch_dequant_matmul(torch, a, wt, st, zt, gs, lut, s_lut, *, K, bs, cpb, bits, scale_format):
-    """Baseline (b): decode with torch ops (unpack, LUT, repeat_interleave), then matmul."""
+def random_case(torch, N, K, wf, sf, bs, two):
+    """Random codes W [N, Kb] (uint8, the row layout), scales [N, G] and the global scale, on the device."""
+    from onnxfuse.kernels import inputs
+
+    e, sc = inputs.formats(wf, sf)
+    kb = math.ceil(K / e.codes_per_byte)
+    G = math.ceil(K / bs)
+    w = torch.randint(0, 256, (N, kb), dtype=torch.uint8, device="cuda")
+    if wf == "float8e4m3fn":
+        w = torch.where((w & 0x7F) == 0x7F, w - 1, w)  # no NaN codes
+    if sf == "float16":
+        s = (torch.rand(N, G, device="cuda") * 0.02 + 0.005).to(torch.float16)
+    elif sf == "float8e8m0":
+        s = torch.randint(118, 123, (N, G), dtype=torch.uint8, device="cuda")
+    else:  # float8e4m3fn block scales of a two-level scheme
+        s = torch.randint(0x30, 0x48, (N, G), dtype=torch.uint8, device="cuda")
+    gs = torch.tensor([0.01], device="cuda") if two else None
+    return e, sc, w, s, gs
+
+
+def torch_decode(torch, wt, st, gs, lut, s_lut, *, K, bs, cpb, scale_format):
+    """W [N, K] in float32, decoded with torch ops (unpack, LUT, repeat_interleave)."""
     if cpb == 2:
         codes = torch.stack((wt & 0xF, wt >> 4), dim=-1).reshape(wt.shape[0], -1)[:, :K]
     else:
@@ -105,11 +127,16 @@ def torch_dequant_matmul(torch, a, wt, st, zt, gs, lut, s_lut, *, K, bs, cpb, bi
     w = vals * s.repeat_interleave(bs, dim=1)[:, :K]
     if gs is not None:
         w = w * gs
-    return torch.matmul(a, w.to(torch.float16).t())
+    return w
 
 
-def ort_session(ort, torch, onnx, helper, codes_rows, scale_fp16, *, K, N, bs, bits, M):
-    """MatMulNBits model (A[M,K] fp16, weight as its initializer) and a timing closure."""
+def torch_dequant_matmul(torch, a, wt, st, gs, lut, s_lut, **kw):
+    """Baseline (b): decode with torch ops, then matmul."""
+    return torch.matmul(a, torch_decode(torch, wt, st, gs, lut, s_lut, **kw).to(torch.float16).t())
+
+
+def ort_session(ort, onnx, helper, codes_rows, scale_fp16, *, K, N, bs, bits):
+    """A MatMulNBits session (A[M, K] fp16 with M symbolic, the weight as its initializer)."""
     n_blocks = K // bs
     if bits == 4:
         b = (codes_rows ^ 0x88).reshape(N, n_blocks, bs // 2)  # two's complement -> uint4 around zp 8
@@ -118,8 +145,8 @@ def ort_session(ort, torch, onnx, helper, codes_rows, scale_fp16, *, K, N, bs, b
     node = helper.make_node("MatMulNBits", ["A", "B", "scales"], ["Y"], domain="com.microsoft", K=K, N=N,
                             bits=bits, block_size=bs)
     graph = helper.make_graph(
-        [node], "mnb", [helper.make_tensor_value_info("A", onnx.TensorProto.FLOAT16, [M, K])],
-        [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT16, [M, N])],
+        [node], "mnb", [helper.make_tensor_value_info("A", onnx.TensorProto.FLOAT16, ["M", K])],
+        [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT16, ["M", N])],
         initializer=[onnx.numpy_helper.from_array(np.ascontiguousarray(b), "B"),
                      onnx.numpy_helper.from_array(scale_fp16.reshape(-1), "scales")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
@@ -127,26 +154,28 @@ def ort_session(ort, torch, onnx, helper, codes_rows, scale_fp16, *, K, N, bs, b
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
     if sess.get_providers()[0] != "CUDAExecutionProvider":
         raise RuntimeError("CUDA EP not active")
+    return sess
+
+
+def ort_time_us(sess, torch, *, M, K, N, runs=30):
+    """Wall time of one run_with_iobinding on device buffers (median of 5 runs of `runs`)."""
     a = torch.randn(M, K, dtype=torch.float16, device="cuda")
     y = torch.empty(M, N, dtype=torch.float16, device="cuda")
     io = sess.io_binding()
     io.bind_input("A", "cuda", 0, np.float16, [M, K], a.data_ptr())
     io.bind_output("Y", "cuda", 0, np.float16, [M, N], y.data_ptr())
 
-    def time_us(runs=30):
-        for _ in range(5):
+    for _ in range(5):
+        sess.run_with_iobinding(io)
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(runs):
             sess.run_with_iobinding(io)
         torch.cuda.synchronize()
-        samples = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(runs):
-                sess.run_with_iobinding(io)
-            torch.cuda.synchronize()
-            samples.append((time.perf_counter() - t0) / runs * 1e6)
-        return statistics.median(samples)
-
-    return time_us
+        samples.append((time.perf_counter() - t0) / runs * 1e6)
+    return statistics.median(samples)
 
 
 def precompile(torch, fmts, ms, threads: int) -> float:
@@ -157,18 +186,14 @@ def precompile(torch, fmts, ms, threads: int) -> float:
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")  # the module (the package exports a function)
-    from onnxfuse.kernels import inputs, prepare_constant, reference as ref
+    from onnxfuse.kernels import prepare_constant
 
-    rng = np.random.default_rng(1)
     tasks = []
     K = N = 4096
     for fname in fmts:
         wf, sf, bs, two, _ = FORMATS[fname]
-        c = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, global_scale=two)
-        e, sc = inputs.formats(wf, sf)
-        w = torch.from_numpy(c.w).cuda()
-        s = prepare_constant(torch.from_numpy(c.scale).cuda(), SCALE_USE)
-        gs = torch.from_numpy(c.global_scale).cuda().reshape(1) if two else None
+        e, sc, w, s, gs = random_case(torch, N, K, wf, sf, bs, two)
+        s = prepare_constant(s, SCALE_USE)
         for M in ms:
             a = torch.randn(M, K, dtype=torch.float16, device="cuda")
             gemv = M <= D.GEMV_MAX_M
@@ -206,10 +231,9 @@ def main(argv=None) -> int:
     import torch
     import triton
 
-    from onnxfuse.kernels import reference as ref
+    from onnxfuse import formats as F
     from onnxfuse.kernels import prepare_constant
     from onnxfuse.kernels.dequant_matmul import dequant_matmul
-    from onnxfuse import formats as F
 
     shapes = SHAPES if not args.quick else [(8192, 28672), (28672, 8192)]
     if args.shapes:
@@ -249,30 +273,36 @@ def main(argv=None) -> int:
     ]
     print("\n".join(header), flush=True)
     lines = list(header)
-    rng = np.random.default_rng(0)
     for (K, N) in shapes:
         for fname in fmts:
             wf, sf, bs, two, ort_bits = FORMATS[fname]
-            case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, global_scale=two)
-            wbytes = case.w.nbytes + case.scale.nbytes
+            _, _, w, s, gs = random_case(torch, N, K, wf, sf, bs, two)
+            wbytes = w.nbytes + s.nbytes
             copies = max(1, math.ceil(4 * L2_BYTES / wbytes))
-            wt = [torch.from_numpy(case.w).cuda() for _ in range(copies)]
-            st = [torch.from_numpy(case.scale).cuda() for _ in range(copies)]
-            st_a = [prepare_constant(s, SCALE_USE) for s in st]
-            gs = torch.from_numpy(case.global_scale).cuda() if two else None
-            wdec = torch.from_numpy(case.decoded()).cuda().to(torch.float16)
-            wdec_copies = [wdec] + [wdec.clone() for _ in range(max(1, math.ceil(4 * L2_BYTES / wdec.nbytes)) - 1)]
-            e = F.element_format(wf)
+            wt = [w] + [w.clone() for _ in range(copies - 1)]
+            st = [s] + [s.clone() for _ in range(copies - 1)]
+            st_a = [prepare_constant(s_, SCALE_USE) for s_ in st]
+            e, sfmt = F.element_format(wf), F.scale_format(sf)
             lut = torch.from_numpy(e.lut.copy()).cuda()
-            sfmt = F.scale_format(sf)
             s_lut = torch.from_numpy(sfmt.lut.copy()).cuda() if sfmt.lut is not None else None
+            dec = dict(K=K, bs=bs, cpb=e.row_codes_per_byte, scale_format=sf)
+            wdec = torch_decode(torch, w, s, gs, lut, s_lut, **dec)
+            w16 = wdec.to(torch.float16)
+            w16_copies = [w16] + [w16.clone() for _ in range(max(1, math.ceil(4 * L2_BYTES / w16.nbytes)) - 1)]
+            sess = None
+            if ort is not None and ort_bits is not None:
+                try:
+                    sess = ort_session(ort, onnx, helper, w.cpu().numpy(), s.cpu().numpy(), K=K, N=N, bs=bs,
+                                       bits=ort_bits)
+                except Exception as ex:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
+                    print(f"# ORT failed for {fname} {K}x{N}: {str(ex).splitlines()[0][:400]}", flush=True)
             for M in ms:
                 a = torch.randn(M, K, dtype=torch.float16, device="cuda")
                 outs = [torch.empty(M, N, dtype=torch.float16, device="cuda") for _ in range(copies)]
                 kw = dict(K=K, N=N, block_size=bs, weight_format=wf, scale_format=sf)
-                # correctness spot check against the fp16 pre-dequantized weight
+                # correctness spot check against the torch-decoded weight, in float32
                 y = dequant_matmul(a, wt[0], st_a[0], None, gs, None, out=outs[0], **kw)
-                want = torch.matmul(a.float(), wdec.float().t())
+                want = torch.matmul(a.float(), wdec.t())
                 rel = ((y.float() - want).norm() / want.norm()).item()
                 ta = graph_time_us(torch, [
                     (lambda i=i: dequant_matmul(a, wt[i], st_a[i], None, gs, None, out=outs[i], **kw))
@@ -280,15 +310,13 @@ def main(argv=None) -> int:
                 tb = float("nan")
                 if not args.no_torch:
                     tb = graph_time_us(torch, [
-                        (lambda i=i: torch_dequant_matmul(torch, a, wt[i], st[i], None, gs, lut, s_lut, K=K, bs=bs,
-                                                          cpb=e.row_codes_per_byte, bits=e.bits, scale_format=sf))
+                        (lambda i=i: torch_dequant_matmul(torch, a, wt[i], st[i], gs, lut, s_lut, **dec))
                         for i in range(min(copies, 2))])
-                tc = graph_time_us(torch, [(lambda w_=w_: torch.matmul(a, w_.t())) for w_ in wdec_copies])
+                tc = graph_time_us(torch, [(lambda w_=w_: torch.matmul(a, w_.t())) for w_ in w16_copies])
                 td = float("nan")
-                if ort is not None and ort_bits is not None:
+                if sess is not None:
                     try:
-                        td = ort_session(ort, torch, onnx, helper, case.w, case.scale, K=K, N=N, bs=bs, bits=ort_bits,
-                                         M=M)()
+                        td = ort_time_us(sess, torch, M=M, K=K, N=N)
                     except Exception as ex:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
                         print(f"# ORT failed for {fname} M={M}: {str(ex).splitlines()[0][:400]}", flush=True)
                 te = max(wbytes / bw, 2 * M * N * K / peak) * 1e6
@@ -301,7 +329,7 @@ def main(argv=None) -> int:
                 if args.out:
                     with open(args.out, "w") as f:
                         f.write("\n".join(lines) + "\n")
-            del wt, st, wdec, wdec_copies
+            del wt, st, st_a, wdec, w16, w16_copies, sess
             torch.cuda.empty_cache()
     if args.out:
         with open(args.out, "w") as f:

@@ -19,28 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from kernels import FORMATS, L2_BYTES, SCALE_USE, graph_time_us  # noqa: E402  (benchmarks/kernels.py)
+from kernels import FORMATS, L2_BYTES, SCALE_USE, graph_time_us, random_case  # noqa: E402  (benchmarks/kernels.py)
 
 HBM_TBS = 4.05  # measured HBM read ceiling on the H200 (benchmarks/RESULTS.md)
-
-
-def random_case(torch, N, K, wf, sf, bs, two):
-    from onnxfuse.kernels import inputs, prepare_constant
-
-    e, sc = inputs.formats(wf, sf)
-    kb = math.ceil(K / e.codes_per_byte)
-    G = math.ceil(K / bs)
-    w = torch.randint(0, 256, (N, kb), dtype=torch.uint8, device="cuda")
-    if wf == "float8e4m3fn":
-        w = torch.where((w & 0x7F) == 0x7F, w - 1, w)  # no NaN codes
-    if sf == "float16":
-        s = (torch.rand(N, G, device="cuda") * 0.02 + 0.005).to(torch.float16)
-    elif sf == "float8e8m0":
-        s = torch.randint(118, 123, (N, G), dtype=torch.uint8, device="cuda")
-    else:  # float8e4m3fn block scales of a two-level scheme
-        s = torch.randint(0x30, 0x48, (N, G), dtype=torch.uint8, device="cuda")
-    gs = torch.tensor([0.01], device="cuda") if two else None
-    return e, sc, w, prepare_constant(s, SCALE_USE), gs  # the layout a session loads
 
 
 def best_us(D, cfgs, a, w, s, gs, out, *, gemv, **kw) -> float:
@@ -60,6 +41,7 @@ def main(argv=None) -> int:
 
     import importlib
 
+    from onnxfuse.kernels import prepare_constant
     from onnxfuse.kernels.dequant_rows import decode_rows_device
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")  # the module (the package exports a function)
@@ -70,7 +52,8 @@ def main(argv=None) -> int:
     for K, N in shapes:
         for fname in args.formats.split(","):
             wf, sf, bs, two, _ = FORMATS[fname]
-            cases[(K, N, fname)] = random_case(torch, N, K, wf, sf, bs, two)
+            e, sc, w, s, gs = random_case(torch, N, K, wf, sf, bs, two)
+            cases[(K, N, fname)] = (e, sc, w, prepare_constant(s, SCALE_USE), gs)  # the layout a session loads
     tasks = []
     for (K, N, fname), (e, sc, w, s, gs) in cases.items():
         bs = FORMATS[fname][2]
