@@ -25,9 +25,12 @@ a chunk may span blocks, and the fp32 multiply per chunk is gone:
 - Integer codes with fp16 scales and fp16 activations: (q - z) * s rounded once to fp16 (one
   packed multiply), the operand the tl.dot GEMM feeds its dot (its float32 q * s is exact, then
   cast), so the same error bound holds. Blocks of 16 bytes (int4 block 32) then take 64-byte dots.
-- MXFP4 (e2m1 codes, E8M0 scales, which fp16 cannot hold): each code times 2^(e - emax), its scale
-  relative to the row's largest in the program's K range (exact down to 2^-23, rounded once below),
-  and the program's sum times 2^(emax - 127) once at the end.
+- MXFP4 and MXFP8 (e2m1 or e4m3 codes, E8M0 scales, which fp16 cannot hold): each code times
+  2^(e - emax), its scale relative to the row's largest in the program's K range, and the program's
+  sum times 2^(emax - 127) once at the end. Exact down to 2^-23 (e2m1) or 2^-15 (e4m3), rounded once
+  to fp16's subnormals below; fp16 factors stop at 2^-24, so e4m3 blocks further down add 0, an
+  error under 2^-16 of 2^emax a weight (a quantizer's largest block holds a code of 256 or more).
+  bf16 holds every such product exactly.
 The scales (and zero points) are loaded once per (row, block) and broadcast over the block's bytes
 in registers: 1.15-1.3x loading the same value for every byte (benchmarks/RESULTS.md).
 
@@ -200,7 +203,7 @@ def _block_factor(raw, SFMT: tl.constexpr, DT: tl.constexpr, HW_FP8: tl.constexp
         f = raw.to(tl.float8e4nv, bitcast=True).to(DT)
     elif SFMT == 4:
         f = decode_scale(raw, 4)
-    elif SFMT == 3 and HW_FP8:  # a power of two: exact in DT, or small enough that the product is 0 too
+    elif SFMT == 3 and HW_FP8:  # a power of two: exact in DT, or 0 below fp16's 2^-24 (module docstring)
         f = raw.to(DT)
     else:  # fp16 scales, or the E8M0 factors in float32 (the interpreter)
         f = raw

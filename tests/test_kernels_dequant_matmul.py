@@ -167,8 +167,9 @@ MMA_CASES = [  # (weight_format, scale_format, block_size, zero point, two-level
     ("float8e4m3fn", "float16", 32, False, False), ("float8e5m2", "float8e8m0", 32, False, False),
     ("float4e2m1", "float8e8m0", 32, False, False), ("float4e2m1", "float8e4m3fn", 32, False, True),
     ("float6e3m2", "float8e8m0", 32, False, False), ("float4e2m1", "float8e4m3fn", 16, False, True),
-    ("int4", "bfloat16", 16, False, False),
+    ("int4", "bfloat16", 16, False, False), ("float8e4m3fn", "float8e8m0", 32, False, False),
 ]
+MX_SCALE_W = {("float4e2m1", "float8e8m0"), ("float8e4m3fn", "float8e8m0")}  # MXFP4, MXFP8 e4m3
 
 
 @pytest.mark.parametrize("case_args", MMA_CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
@@ -179,8 +180,8 @@ def test_swap_ab_tensor_core_kernel(case_args):
     NVFP4 folds its E4M3 scales into the codes (SCALE_W): 64-byte dots over 8-byte blocks; other
     8-byte blocks need 2 chunks a dot, so they run at M <= 4 only. Integer codes with fp16 scales and
     A in blocks under 64 bytes take SCALE_W too (64-byte dots over 16- and 32-byte blocks, products
-    rounded to fp16), a zero point included, and so does MXFP4 (E8M0 factors relative to the row's
-    largest scale)."""
+    rounded to fp16), a zero point included, and so do MXFP4 and MXFP8 e4m3 (E8M0 factors relative to
+    the row's largest scale; e4m3 in 128-byte dots here)."""
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
@@ -199,8 +200,7 @@ def test_swap_ab_tensor_core_kernel(case_args):
             continue
         (cfg,) = cfgs
         fp16_scaled_ints = wf in INT_FORMATS and sf == "float16" and dtype == torch.float16 and bs * e.bits // 8 < 64
-        mxfp4 = (wf, sf) == ("float4e2m1", "float8e8m0")
-        assert cfg["SCALE_W"] == (sf == "float8e4m3fn" or fp16_scaled_ints or mxfp4)
+        assert cfg["SCALE_W"] == (sf == "float8e4m3fn" or fp16_scaled_ints or (wf, sf) in MX_SCALE_W)
         case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp,
                                global_scale=two)
         cfg = dict(cfg, SPLIT_K=split)
@@ -258,11 +258,13 @@ def test_nvfp4_codes_times_their_scales_are_exact_in_fp16_and_bf16():
         np.testing.assert_array_equal((prod * factor).astype(dt).astype(np.float64), prod * factor)
 
 
-def test_mxfp4_scale_w_over_widely_spread_and_special_scales():
-    """MXFP4's SCALE_W scales each code by its E8M0 scale relative to the largest of its row's blocks
-    in the program's K range: exact within 2^23 of it, rounded to fp16 below (within the dot's error
-    bound); code 0 (2^-127), spreads of 0-60 binades and one large scale anywhere in a row or a split
-    give the reference result, and a NaN scale (0xFF) makes its row NaN, as the per-chunk scales do."""
+@pytest.mark.parametrize("wf", ["float4e2m1", "float8e4m3fn"])
+def test_mx_scale_w_over_widely_spread_and_special_scales(wf):
+    """MXFP4's and MXFP8's SCALE_W scales each code by its E8M0 scale relative to the largest of its
+    row's blocks in the program's K range: exact within 2^23 (e2m1) or 2^15 (e4m3) of it, rounded to
+    fp16 below (within the dot's error bound); code 0 (2^-127), spreads of 0-60 binades and one large
+    scale anywhere in a row or a split give the reference result, and a NaN scale (0xFF) makes its
+    row NaN, as the per-chunk scales do."""
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
@@ -270,9 +272,9 @@ def test_mxfp4_scale_w_over_widely_spread_and_special_scales():
 
     rng = np.random.default_rng(5)
     K, N = 256, 21
-    e, sc = inputs.formats("float4e2m1", "float8e8m0")
-    case = ref.random_rows(rng, N, K, weight_format="float4e2m1", scale_format="float8e8m0", block_size=32)
-    spreads = [0, 1, 22, 23, 24, 30, 60]
+    e, sc = inputs.formats(wf, "float8e8m0")
+    case = ref.random_rows(rng, N, K, weight_format=wf, scale_format="float8e8m0", block_size=32)
+    spreads = [0, 1, 14, 15, 16, 22, 23, 24, 30, 60]
     for r in range(N):
         top = int(rng.integers(118, 128))  # outputs within fp16's normal range
         case.scale[r] = [max(top - int(rng.choice(spreads)), 0) for _ in range(case.scale.shape[1])]
@@ -284,7 +286,7 @@ def test_mxfp4_scale_w_over_widely_spread_and_special_scales():
     case.scale[3, 1] = 0
     case.scale[4, :4] = 0
     for M, dtype, split in ((3, torch.float16, 1), (16, torch.bfloat16, 1), (3, torch.float16, 2)):
-        (cfg,) = D.mma_candidates(M, N, K // 2, e, 32, dtype, torch.device("cpu"), scale_code=sc)
+        (cfg,) = D.mma_candidates(M, N, K // e.codes_per_byte, e, 32, dtype, torch.device("cpu"), scale_code=sc)
         assert cfg["SCALE_W"]
         cfg = dict(cfg, SPLIT_K=split)
         a = rng.standard_normal((M, K)).astype(np.float32)
