@@ -170,7 +170,7 @@ def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point
         if _scale_rounds_into_codes(element, scale_code, a_dtype, bsb) or \
                 (_e8m0_folds_into_codes(element, scale_code, zero_point) and bsb < 64):
             dots.append((64, 1, True))
-            if element.codes_per_byte == 1:  # 64 codes: also the 128 bytes a dot that fp8 block 128 takes
+            if element.codes_per_byte == 1:  # MXFP8, int8: also 128-byte dots, the size fp8 block 128 wins with
                 dots.append((128, 1, True))
     if not dots:
         return []
