@@ -195,3 +195,14 @@ def test_tuning_keys_tell_scale_and_zero_point_layouts_apart(tmp_path, monkeypat
         D._pick_config(a, w, si, zi, None, None, out, **kw)
     assert len(set(keys)) == 4
     assert "|scol|zrow|" in keys[1] and "|scol|zcol|" in keys[2] and "|srow|gs" in keys[3]
+
+
+def test_interpreter_refuses_the_numpy_that_breaks_older_triton():
+    from onnxfuse.kernels import triton_env
+
+    clash = triton_env.interpreter_numpy_clash("3.6.0", "2.4.6")
+    assert "3.6.0" in clash and "2.4.6" in clash and "#9171" in clash
+    assert triton_env.interpreter_numpy_clash("3.6.0", "2.3.5") is None
+    assert triton_env.interpreter_numpy_clash("3.7.0", "2.4.6") is None
+    assert triton_env.interpreter_numpy_clash("3.10.0+git1a2b", "2.4.0rc1") is None
+    assert triton_env.interpreter_numpy_clash("3.4.0", "2.10.0") is not None
