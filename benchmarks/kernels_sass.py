@@ -8,7 +8,10 @@ Compiles dqmm_gemv_kernel (M = 1) with Triton's own ptxas, disassembles it with 
 the instruction mix and the instructions per weight byte (kernel total / bytes one thread loads per K
 step: the loop dominates). At 4.05 TB/s an H200 issues about 8.3 thread-instructions per weight byte
 (132 SMs x 4 schedulers x 1.98 GHz x 32 lanes / 4.05e12 B/s), so a GEMV above that is issue-bound.
-Pointer and size arguments are specialised as divisible by 16, as Triton does at a real launch.
+Arguments are specialised as Triton does at a real launch: pointers and sizes as divisible by 16, and
+the scale's row stride as the constant 1 (a session loads scales column-major, kernels/constant_layout.py):
+without it the scale loads of each K step compile to scalar LDGs where the launched kernel streams them
+through cp.async with the weight.
 
 `--kernel mma` compiles the swap-AB kernel (dqmm_mma_kernel) with the SCALE_W config the autotuner
 picks at M = 4-16 (BLOCK_N 32, 64-byte dots, two a K step, 2 warps, LOOP_STAGES 3) and prints its
@@ -37,6 +40,7 @@ FORMATS = {
 }
 # name: (WFMT, SFMT, block size) for the swap-AB kernel's SCALE_W path (fp16 scales for int4)
 MMA_FORMATS = {"int4": (2, 1, 32), "mxfp4": (8, 3, 32), "nvfp4": (8, 4, 16)}
+COLUMN_MAJOR_SCALES = {"stride_sn": 1}  # an integer argument equal to 1 is a constant at a launch
 ALIGNED = ["a_ptr", "w_ptr", "s_ptr", "z_ptr", "gs_ptr", "bias_ptr", "out_ptr", "ws_ptr", "N", "K", "Kb", "stride_am",
            "stride_wn", "stride_sg", "stride_om", "kb_per_split"]
 
@@ -61,9 +65,12 @@ def main(argv=None) -> int:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    compile_sm90 = lambda fn, const, sfmt, warps: triton.compile(  # noqa: E731
-        ASTSource(fn, _signature(fn, const, sfmt), const, _aligned(fn)), target=GPUTarget("cuda", 90, 32),
-        options=dict(num_warps=warps, num_stages=3 if args.kernel == "gemv" else 1))
+    def compile_sm90(fn, const, sfmt, warps):
+        const = dict(const, **COLUMN_MAJOR_SCALES)
+        return triton.compile(ASTSource(fn, _signature(fn, const, sfmt), const, _aligned(fn)),
+                              target=GPUTarget("cuda", 90, 32),
+                              options=dict(num_warps=warps, num_stages=3 if args.kernel == "gemv" else 1))
+
     if args.kernel == "mma":
         return _mma(args, compile_sm90, triton)
     from onnxfuse.kernels.dequant_gemv_kernel import dqmm_gemv_kernel as fn
