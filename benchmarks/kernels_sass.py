@@ -35,11 +35,11 @@ FORMATS = {
     "int4": (2, 4, 2, 0x88, 1.0, 4, 32, 1),
     "int8": (4, 8, 1, 0x80, 1.0, 8, 128, 1),
     "fp8": (6, 8, 1, 0, 1.0, 0, 128, 1),
-    "mxfp4": (8, 4, 2, 0, 16384.0, 0, 32, 3),
-    "nvfp4": (8, 4, 2, 0, 16384.0, 0, 16, 4),
+    "mxfp4": (8, 4, 2, 0, 64.0, 0, 32, 3),  # ACT_BASE 2^6: the GPU's fp4 decode through e4m3
+    "nvfp4": (8, 4, 2, 0, 64.0, 0, 16, 4),
 }
-# name: (WFMT, SFMT, block size) for the swap-AB kernel's SCALE_W path (fp16 scales for int4)
-MMA_FORMATS = {"int4": (2, 1, 32), "mxfp4": (8, 3, 32), "nvfp4": (8, 4, 16)}
+# name: (WFMT, BITS, SFMT, block size) for the swap-AB kernel's SCALE_W path (fp16 scales for int4)
+MMA_FORMATS = {"int4": (2, 4, 1, 32), "mxfp4": (8, 4, 3, 32), "nvfp4": (8, 4, 4, 16), "mxfp8": (6, 8, 3, 32)}
 COLUMN_MAJOR_SCALES = {"stride_sn": 1}  # an integer argument equal to 1 is a constant at a launch
 ALIGNED = ["a_ptr", "w_ptr", "s_ptr", "z_ptr", "gs_ptr", "bias_ptr", "out_ptr", "ws_ptr", "N", "K", "Kb", "stride_am",
            "stride_wn", "stride_sg", "stride_om", "kb_per_split"]
@@ -135,17 +135,18 @@ def _main_loop(sass: str) -> list[str]:
 
 
 def _mma(args, compile_sm90, triton) -> int:
+    from onnxfuse.kernels.decode_ptx import FP4_E4M3_EXP
     from onnxfuse.kernels.dequant_mma_kernel import dqmm_mma_kernel as fn
 
     for fname in (args.formats or ",".join(MMA_FORMATS)).split(","):
         if fname not in MMA_FORMATS:
             print(f"{fname}: no SCALE_W swap-AB case (choose from {', '.join(MMA_FORMATS)})")
             return 2
-        wfmt, sfmt, bs = MMA_FORMATS[fname]
-        const = dict(WFMT=wfmt, SFMT=sfmt, BITS=4, CPB=2, BS=bs, HAS_ZP=False, HAS_GS=fname == "nvfp4",
+        wfmt, bits, sfmt, bs = MMA_FORMATS[fname]
+        const = dict(WFMT=wfmt, SFMT=sfmt, BITS=bits, CPB=8 // bits, BS=bs, HAS_ZP=False, HAS_GS=fname == "nvfp4",
                      HAS_BIAS=False, BLOCK_M=args.m, BLOCK_N=32, CHUNK=64, GROUP=1, NDOT=2, USE_WS=True, ASM=True,
-                     HW_FP8=True, ACT_PAIRS=True, DECODE_EXP=14 if wfmt == 8 else 0, DOT_F32=False, LOOP_STAGES=3,
-                     SCALE_W=True)
+                     HW_FP8=True, ACT_PAIRS=bits == 4, DECODE_EXP=FP4_E4M3_EXP if wfmt == 8 else 0, DOT_F32=False,
+                     LOOP_STAGES=3, SCALE_W=True)
         loop = _main_loop(_sass(compile_sm90(fn, const, sfmt, 2), triton))
         shared = collections.Counter(op for op in (b.split()[0] for b in loop) if re.match(r"(STS|LDS)", op))
         print(f"{fname} (M <= {args.m}): K loop of {len(loop)} SASS instructions (two 64-byte dots); "

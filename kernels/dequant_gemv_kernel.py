@@ -9,8 +9,9 @@ Decoding costs one or two integer ops per code, with no shift down of the code's
 - integers: a signed code's sign bit is flipped once per byte (XOR), then the field, left where it
   sits in the byte (bits SUB*BITS..), is OR-ed into the mantissa of 2^23 and 2^23 + offset is
   subtracted (exact): the result is the code's value times 2^(SUB*BITS);
-- fp4 e2m1: both codes of a byte are moved into the two fp16 halves of one int32 by two
-  multiplies and two logic ops (value * 2^-14);
+- fp4 e2m1: on the GPU four bytes at a time become e4m3 bytes that the hardware converts
+  (kernels/decode_ptx.py, value * 2^-6); in the interpreter both codes of a byte are moved into
+  the two fp16 halves of one int32 by two multiplies and two logic ops (value * 2^-14);
 - fp8 e4m3 by the hardware conversion on the GPU (the interpreter's fp8 type has no NaN, so there
   the bit-trick decoder of kernels/decode.py runs); e5m2 is the top byte of an fp16.
 The power of two each sub-position's decode carries is divided out of the activation instead
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 from onnxfuse.kernels import triton_env
 from onnxfuse.kernels.decode import decode_element, decode_scale
+from onnxfuse.kernels.decode_ptx import asm_fp4
 
 torch, triton, tl = triton_env.load()
 
@@ -40,9 +42,12 @@ def _codes(wr, wb, SUB: tl.constexpr, WFMT: tl.constexpr, BITS: tl.constexpr, HW
     """Sub-position SUB of each byte as float32, times the power of two that the kernel's
     ACT_BASE / 2^(SUB * ACT_SHIFT) activation scaling undoes.
 
-    wr: the raw uint8 tile; wb: it as int32 with signed integers' sign bits flipped (FLIP)."""
+    wr: the raw uint8 tile; wb: it as int32 with signed integers' sign bits flipped (FLIP), or for
+    fp4 the (low, high) nibbles in fp16 on the GPU (asm_fp4)."""
     if WFMT <= 5:  # integers: (code ^ half) in place in 2^23's mantissa, minus 2^23 + half
         v = _int_field(wb, SUB, WFMT, BITS)
+    elif WFMT == 8 and HW_FP8:
+        v = wb[SUB].to(tl.float32)
     elif WFMT == 8:  # float4e2m1: wb holds both nibbles' fp16 patterns (_fp4_pairs); pick the half
         if SUB == 0:
             h = wb.to(tl.int16)
@@ -110,11 +115,14 @@ def _gemv_step(kb0, acc0, acc1, acc2, acc3, a_ptr, rows, s_rows, z_rows, n_mask,
     BLOCK_KB: tl.constexpr = NG * BSB
     byte = kb0 + tl.arange(0, BLOCK_KB)
     wr = tl.load(rows + byte[None, :], mask=n_mask[:, None] & (byte < kb_end)[None, :], other=0)
-    wb = wr.to(tl.int32)
-    if FLIP != 0:
-        wb = wb ^ FLIP
-    if WFMT == 8:
-        wb = _fp4_pairs(wb)
+    if WFMT == 8 and HW_FP8:
+        wb = asm_fp4(wr)
+    elif WFMT == 8:
+        wb = _fp4_pairs(wr.to(tl.int32))
+    else:
+        wb = wr.to(tl.int32)
+        if FLIP != 0:
+            wb = wb ^ FLIP
     grp = (kb0 * CPB) // BS + tl.arange(0, NG)
     smask = n_mask[:, None] & (grp < G)[None, :]
     s = decode_scale(tl.load(s_rows + grp[None, :] * stride_sg, mask=smask, other=0), SFMT)

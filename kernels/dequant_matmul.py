@@ -18,6 +18,7 @@ import math
 from onnxfuse import codes
 from onnxfuse.diagnostics import OnnxfuseError
 from onnxfuse.kernels import autotune, format_codes, inputs, triton_env
+from onnxfuse.kernels.decode_ptx import FP4_E4M3_EXP
 from onnxfuse.kernels.dequant_gemv_kernel import dqmm_gemv_kernel, splitk_sum_kernel
 from onnxfuse.kernels.dequant_matmul_kernels import dqmm_gemm_kernel, splitk_epilogue_kernel
 from onnxfuse.kernels.dequant_mma_kernel import dqmm_mma_kernel
@@ -76,12 +77,13 @@ def gemv_candidates(M, N, Kb, element, device) -> list[dict]:
 _SIGN_FLIP = {"int2": 0xAA, "int4": 0x88, "int8": 0x80}
 
 
-def _gemv_act_scaling(element) -> tuple[float, int]:
-    """(ACT_BASE, ACT_SHIFT): sub-position s's activations are scaled by ACT_BASE / 2^(s * ACT_SHIFT)."""
+def _gemv_act_scaling(element, hw: bool) -> tuple[float, int]:
+    """(ACT_BASE, ACT_SHIFT): sub-position s's activations are scaled by ACT_BASE / 2^(s * ACT_SHIFT).
+    fp4 decodes to value * 2^-6 on the GPU (through e4m3), value * 2^-14 in the interpreter."""
     if not element.is_float:
         return 1.0, element.bits
     if element.name == "float4e2m1":
-        return 16384.0, 0
+        return float(2 ** FP4_E4M3_EXP) if hw else 16384.0, 0
     return 1.0, 0
 
 
@@ -236,13 +238,13 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
         dqmm_mma_kernel[(cdiv(N, nb), split)](
             *args, BLOCK_M=cfg["BLOCK_M"], CHUNK=cfg["CHUNK"], GROUP=cfg["GROUP"],
             NDOT=bkb // (cfg["CHUNK"] * cfg["GROUP"]), USE_WS=split > 1, ASM=asm,
-            HW_FP8=hw, ACT_PAIRS=pairs, DECODE_EXP=14 if asm and element.name == "float4e2m1" else 0,
+            HW_FP8=hw, ACT_PAIRS=pairs, DECODE_EXP=FP4_E4M3_EXP if asm and element.name == "float4e2m1" else 0,
             DOT_F32=a2.dtype == torch.bfloat16 and not hw, LOOP_STAGES=cfg.get("LOOP_STAGES", 1),
             SCALE_W=bool(cfg.get("SCALE_W")), **common)
     elif gemv:
         ng, bsb = _tile_shape(element, block_size, bkb)
         bm = 1 if M == 1 else (2 if M == 2 else 4)
-        act_base, act_shift = _gemv_act_scaling(element)
+        act_base, act_shift = _gemv_act_scaling(element, hw)
         dqmm_gemv_kernel[(cdiv(N, nb), split)](*args, BLOCK_M=bm, FLIP=_SIGN_FLIP.get(element.name, 0),
                                                USE_WS=split > 1, HW_FP8=hw, NG=ng, BSB=bsb,
                                                ACT_BASE=act_base, ACT_SHIFT=act_shift,

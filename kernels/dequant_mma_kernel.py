@@ -19,9 +19,9 @@ matching K positions (k = byte * CPB + sub).
 SCALE_W multiplies each code by its block's scale in the operand dtype before the dot instead, so
 a chunk may span blocks, and the fp32 multiply per chunk is gone:
 - NVFP4 (e2m1 codes, E4M3 block scales): exact. An e2m1 value times an E4M3 value has at most 6
-  significant bits and lies within fp16's range (as a multiple of 2^-24 also at the ASM decoder's
-  value * 2^-14) and bf16's. NVFP4's 8-byte blocks would otherwise need GROUP 2 (a dot's K is at
-  least 16 bytes), which does not fit the 8 columns of an mma beyond M = 4.
+  significant bits and lies within fp16's range (also at the ASM decoder's value * 2^-6) and
+  bf16's. NVFP4's 8-byte blocks would otherwise need GROUP 2 (a dot's K is at least 16 bytes),
+  which does not fit the 8 columns of an mma beyond M = 4.
 - Integer codes with fp16 scales and fp16 activations: (q - z) * s rounded once to fp16 (one
   packed multiply), the operand the tl.dot GEMM feeds its dot (its float32 q * s is exact, then
   cast), so the same error bound holds. Blocks of 16 bytes (int4 block 32) then take 64-byte dots.
@@ -39,119 +39,22 @@ are copied into shared memory with cp.async while this one is decoded, so more b
 per SM than the few warps that the registers allow can keep with plain loads (the loop is bound by
 load latency otherwise; benchmarks/RESULTS.md). LOOP_STAGES 1 compiles to the plain loop's SASS.
 
-Decoding on the GPU with fp16 activations is inline PTX on four bytes at a time (ASM): integer
-fields are put into fp16's mantissa under 1024 with one LOP3 per two codes and 1024 (+ the signed
-offset) is subtracted with one HADD2/HFMA2 per two codes; fp4 moves its bits into an fp16 pattern
-(value * 2^-14: DECODE_EXP 14, undone at the end). Otherwise (bf16 activations, the interpreter, other
-formats) the codes go through kernels/decode.py to float32 and are cast: exact for every format,
-since each code's value fits fp16 and bf16.
+Decoding on the GPU with fp16 activations is inline PTX on four bytes at a time (ASM,
+kernels/decode_ptx.py): integer fields are put into fp16's mantissa under 1024 with one LOP3 per two
+codes and 1024 (+ the signed offset) is subtracted with one HADD2/HFMA2 per two codes; fp4 codes are
+moved into e4m3 bytes and converted by the hardware (value * 2^-6: DECODE_EXP 6, undone at the end).
+Otherwise (bf16 activations, the interpreter, other formats) the codes go through kernels/decode.py
+to float32 and are cast: exact for every format, since each code's value fits fp16 and bf16.
+
 """
 
 from __future__ import annotations
 
 from onnxfuse.kernels import triton_env
 from onnxfuse.kernels.decode import decode_element, decode_scale
+from onnxfuse.kernels.decode_ptx import asm_fp4, asm_int4, asm_int8
 
 torch, triton, tl = triton_env.load()
-
-
-def _int4_ptx(signed: bool) -> str:
-    """Two int4/uint4 codes a byte -> (low, high nibbles) in fp16: each field under 0x6400 (1024),
-    low nibbles minus 1024 (+ 8), high nibbles (16x) scaled by 1/16 and offset in one HFMA2. Signed
-    fields get their sign bit flipped by the LOP3 (field ^ 8, LUT 0x6A) so each is code + 8."""
-    lo, hi, lut, off = ("0x64086408", "0x64806480", "0x6A", "0xD480D480") if signed else \
-        ("0x64006400", "0x64006400", "0xEA", "0xD400D400")
-    return f"""{{
-            .reg .b32 t0, t1, z, c1, c2, c3;
-            mov.b32 z, 0;
-            prmt.b32 t0, $4, z, 0x4140;
-            prmt.b32 t1, $4, z, 0x4342;
-            lop3.b32 $0, t0, 0x000F000F, {lo}, {lut};
-            lop3.b32 $1, t1, 0x000F000F, {lo}, {lut};
-            lop3.b32 $2, t0, 0x00F000F0, {hi}, {lut};
-            lop3.b32 $3, t1, 0x00F000F0, {hi}, {lut};
-            mov.b32 c1, {lo};
-            mov.b32 c2, 0x2C002C00;
-            mov.b32 c3, {off};
-            sub.f16x2 $0, $0, c1;
-            sub.f16x2 $1, $1, c1;
-            fma.rn.f16x2 $2, $2, c2, c3;
-            fma.rn.f16x2 $3, $3, c2, c3;
-            }}"""
-
-
-def _int8_ptx(signed: bool) -> str:
-    """Four int8/uint8 codes -> fp16: each byte under 0x64 (1024 + byte), minus 1024 (+ 128); signed
-    bytes get their sign bit flipped first (byte ^ 0x80 is code + 128)."""
-    src, flip, c = ("y", "xor.b32 y, $2, 0x80808080;", "0x64806480") if signed else ("$2", "", "0x64006400")
-    return f"""{{
-            .reg .b32 y, hi, c;
-            {flip}
-            mov.b32 hi, 0x64646464;
-            prmt.b32 $0, {src}, hi, 0x4140;
-            prmt.b32 $1, {src}, hi, 0x4342;
-            mov.b32 c, {c};
-            sub.f16x2 $0, $0, c;
-            sub.f16x2 $1, $1, c;
-            }}"""
-
-
-_INT4_SIGNED: tl.constexpr = tl.constexpr(_int4_ptx(True))
-_INT4_UNSIGNED: tl.constexpr = tl.constexpr(_int4_ptx(False))
-_INT8_SIGNED: tl.constexpr = tl.constexpr(_int8_ptx(True))
-_INT8_UNSIGNED: tl.constexpr = tl.constexpr(_int8_ptx(False))
-
-
-@triton.jit
-def _asm_int4(w, SIGNED: tl.constexpr):
-    """Four bytes of two int4/uint4 codes each -> (low nibbles, high nibbles) as fp16 (_int4_ptx)."""
-    if SIGNED:
-        v = tl.inline_asm_elementwise(_INT4_SIGNED, "=r,=r,=r,=r,r", [w], dtype=(tl.float16, tl.float16),
-                                      is_pure=True, pack=4)
-    else:
-        v = tl.inline_asm_elementwise(_INT4_UNSIGNED, "=r,=r,=r,=r,r", [w], dtype=(tl.float16, tl.float16),
-                                      is_pure=True, pack=4)
-    return v
-
-
-@triton.jit
-def _asm_int8(w, SIGNED: tl.constexpr):
-    """Four int8/uint8 codes -> fp16 (_int8_ptx)."""
-    if SIGNED:
-        v = tl.inline_asm_elementwise(_INT8_SIGNED, "=r,=r,r", [w], dtype=tl.float16, is_pure=True, pack=4)
-    else:
-        v = tl.inline_asm_elementwise(_INT8_UNSIGNED, "=r,=r,r", [w], dtype=tl.float16, is_pure=True, pack=4)
-    return v
-
-
-@triton.jit
-def _asm_fp4(w):
-    """Four bytes of two e2m1 codes each -> (low, high nibbles) as fp16 holding value * 2^-14:
-    magnitude bits to fp16 bits 9..11, sign to bit 15 (the spread bytes sit in separate halves)."""
-    return tl.inline_asm_elementwise(
-        """{
-        .reg .b32 t0, t1, z, a, b;
-        mov.b32 z, 0;
-        prmt.b32 t0, $4, z, 0x4140;
-        prmt.b32 t1, $4, z, 0x4342;
-        shl.b32 a, t0, 9;
-        shl.b32 b, t0, 12;
-        and.b32 b, b, 0x80008000;
-        lop3.b32 $0, a, 0x0E000E00, b, 0xEA;
-        shl.b32 a, t1, 9;
-        shl.b32 b, t1, 12;
-        and.b32 b, b, 0x80008000;
-        lop3.b32 $1, a, 0x0E000E00, b, 0xEA;
-        shl.b32 a, t0, 5;
-        shl.b32 b, t0, 8;
-        and.b32 b, b, 0x80008000;
-        lop3.b32 $2, a, 0x0E000E00, b, 0xEA;
-        shl.b32 a, t1, 5;
-        shl.b32 b, t1, 8;
-        and.b32 b, b, 0x80008000;
-        lop3.b32 $3, a, 0x0E000E00, b, 0xEA;
-        }""",
-        "=r,=r,=r,=r,r", [w], dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
 
 
 @triton.jit
@@ -173,15 +76,15 @@ def _codes(w, z, WFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr, DT: 
     sub-positions 0 and 1 in DT (q1 = q0 for one code a byte)."""
     if ASM and WFMT <= 5:
         if WFMT <= 3:
-            q0, q1 = _asm_int4(w, WFMT % 2 == 0)
+            q0, q1 = asm_int4(w, WFMT % 2 == 0)
         else:
-            q0 = _asm_int8(w, WFMT % 2 == 0)
+            q0 = asm_int8(w, WFMT % 2 == 0)
             q1 = q0
         if HAS_ZP:  # fp16 (ASM): code - zero point is exact
             q0 = q0 - z.to(DT)
             q1 = q1 - z.to(DT)
     elif ASM and WFMT == 8:
-        q0, q1 = _asm_fp4(w)
+        q0, q1 = asm_fp4(w)
     elif WFMT == 6 and HW_FP8:  # the GPU's e4m3 conversion (the interpreter's fp8 has no NaN)
         q0 = w.to(tl.float8e4nv, bitcast=True).to(DT)
         q1 = q0

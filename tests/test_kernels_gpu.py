@@ -146,3 +146,35 @@ def test_gather_dequantize_qdq_on_gpu():
     data, scale = mx(x.cpu().numpy(), element_format("float4e2m1"), 1, 32)
     np.testing.assert_array_equal(y.cpu().numpy(), dequantize_linear(data, scale, axis=1, block_size=32,
                                                                      output_dtype=1))
+
+
+@pytest.mark.parametrize("wf", ["float4e2m1", "float8e4m3fn"])
+def test_mx_scale_w_over_widely_spread_scales_on_gpu(wf):
+    """MXFP4's and MXFP8's SCALE_W through the GPU's decoders (fp4 through e4m3 with fp16 A, the
+    hardware e4m3 conversion, E8M0 factors relative to the row's largest cast to fp16 or bf16) over
+    scales 0-60 binades apart (tests/kernel_cases.py): every SCALE_W config, with and without
+    split-K, ragged N and M under BLOCK_M."""
+    import importlib
+
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
+    from onnxfuse.kernels import inputs
+    from tests.kernel_cases import assert_close_to_reference, widely_spread_mx_case
+
+    rng = np.random.default_rng(5)
+    K, N = 1024, 37
+    e, sc = inputs.formats(wf, "float8e8m0")
+    case = widely_spread_mx_case(rng, wf, N, K)
+    dev = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()  # noqa: E731
+    ran = 0
+    for M, dtype in ((3, torch.float16), (16, torch.float16), (5, torch.bfloat16)):
+        a = rng.standard_normal((M, K)).astype(np.float32)
+        for cfg in D.mma_candidates(M, N, K // e.codes_per_byte, e, 32, dtype, torch.device("cuda"), scale_code=sc):
+            if not cfg.get("SCALE_W"):
+                continue
+            for split in (1, 2):
+                y = D.dequant_matmul(dev(a).to(dtype), dev(case.w), dev(case.scale), None, None, None, K=K, N=N,
+                                     block_size=32, weight_format=wf, scale_format="float8e8m0",
+                                     config=dict(cfg, SPLIT_K=split))
+                assert_close_to_reference(y, case, a, None, dot_dtype=dtype, u=U)
+                ran += 1
+    assert ran
