@@ -32,7 +32,10 @@ a chunk may span blocks, and the fp32 multiply per chunk is gone:
   error under 2^-16 of 2^emax a weight (a quantizer's largest block holds a code of 256 or more).
   bf16 holds every such product exactly.
 The scales (and zero points) are loaded once per (row, block) and broadcast over the block's bytes
-in registers: 1.15-1.3x loading the same value for every byte (benchmarks/RESULTS.md).
+in registers: 1.15-1.3x loading the same value for every byte (benchmarks/RESULTS.md). cp.async
+moves 4 bytes or more a thread, so MXFP4's 1-byte scales of one 64-byte dot (2 a thread in the
+column-major layout) were plain loads inside the pipelined loop; with two dots a K step they are
+loaded for the whole step at once (STEP_SCALES, 4 a thread) and stream with the weight.
 
 LOOP_STAGES > 1 pipelines the K loop (tl.range): the weight and activation tiles of the next steps
 are copied into shared memory with cp.async while this one is decoded, so more bytes are in flight
@@ -230,7 +233,14 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
     acc = tl.zeros((BLOCK_N, NC), tl.float32)
     if SCALE_W and SFMT == 3:
         emax = _e8m0_row_max(s_rows, stride_sg, n_mask, kb_start, kb_end, BS // CPB, BLOCK_N)
+    # a step's E8M0 scales are NB * NDOT / 2 bytes a thread (16 rows a warp); cp.async needs 4 (MXFP4)
+    STEP_SCALES: tl.constexpr = SCALE_W and SFMT == 3 and NDOT == 2 and NB >= 4
     for kb0 in tl.range(kb_start, kb_end, DK * NDOT, num_stages=LOOP_STAGES):
+        if STEP_SCALES:  # both dots' E8M0 scales in one load: 4 bytes a thread, which cp.async can stream
+            gs2 = (kb0 * CPB) // BS + tl.arange(0, 2 * NB)
+            raw2 = tl.load(s_rows + gs2[None, :] * stride_sg,
+                           mask=n_mask[:, None] & (gs2 * (BS // CPB) < kb_end)[None, :], other=0)
+            raw_d0, raw_d1 = tl.split(tl.permute(tl.reshape(raw2, (BLOCK_N, 2, NB)), (0, 2, 1)))
         for d in tl.static_range(NDOT):
             c0 = kb0 + d * DK
             byte = c0 + tl.arange(0, DK)
@@ -251,7 +261,12 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                 if SCALE_W:
                     z = _per_byte(z, BLOCK_N, NB, RUN)
             q0, q1 = _codes(w, z, WFMT, BITS, CPB, DT, ASM, HW_FP8, HAS_ZP)
-            raw = tl.load(s_rows + grp * stride_sg, mask=gmask, other=0)
+            if not STEP_SCALES:
+                raw = tl.load(s_rows + grp * stride_sg, mask=gmask, other=0)
+            elif d == 0:
+                raw = raw_d0
+            else:
+                raw = raw_d1
             if SCALE_W:  # the products are final: accumulate in the dot itself
                 if SFMT == 3:  # E8M0: relative factors in the codes, the row's largest scale at the end
                     raw = _e8m0_relative(raw.to(tl.int32), emax, DECODE_EXP)
