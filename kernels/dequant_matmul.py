@@ -153,7 +153,9 @@ def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point
     1.5-1.7x at M = 16, where 16-byte dots never won; at M = 1 the two are close (the autotuner picked
     per-chunk), and for 64-byte blocks (int4 block 128) SCALE_W lost by 3-8%. MXFP4 gets 64-byte
     SCALE_W dots too (E8M0 factors relative to the row's largest scale): 1.3-1.4x at M = 4-8; MXFP8
-    (e4m3) 64- and 128-byte ones: 1.15x at M = 4, 1.26-1.36x at M = 16 (H100)."""
+    (e4m3) 64- and 128-byte ones: 1.15x at M = 4, 1.26-1.36x at M = 16 (H100). From M = 8 the
+    programs have 1-2 warps: 4 and 8 (BLOCK_N 64 and 128; 4 warps compile to wgmma) were timed at
+    M = 16 and never picked (H100, benchmarks/RESULTS.md, stop 31)."""
     bsb = block_size // element.codes_per_byte
     if M > MMA_MAX_M or a_dtype not in (torch.float16, torch.bfloat16) or element.codes_per_byte > 2:
         return []
