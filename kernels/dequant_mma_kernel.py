@@ -48,7 +48,6 @@ codes and 1024 (+ the signed offset) is subtracted with one HADD2/HFMA2 per two 
 moved into e4m3 bytes and converted by the hardware (value * 2^-6: DECODE_EXP 6, undone at the end).
 Otherwise (bf16 activations, the interpreter, other formats) the codes go through kernels/decode.py
 to float32 and are cast: exact for every format, since each code's value fits fp16 and bf16.
-
 """
 
 from __future__ import annotations
