@@ -70,25 +70,20 @@ def test_gemv_configs_realistic(case_args):
     """Every GEMV config forced (the autotuner may pick another at this shape, so its GPU decoders,
     fp4's through e4m3 included, would otherwise go unchecked), M = 1, 2 and 4: fp16 with
     column-major scales, bf16 with row-major ones."""
-    import importlib
-
-    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
-    from onnxfuse.kernels import format_codes, inputs
-
-    wf, sf, bs, zp, _ = case_args
-    e, _ = inputs.formats(wf, sf)
-    if format_codes.fast_path_reason(e, bs) is not None:
-        pytest.skip(f"{wf} with block size {bs} always materialises")
-    case, wd = _realistic_case(case_args, seed=3)
-    for M, dtype in ((1, torch.float16), (2, torch.bfloat16), (4, torch.float16)):
-        for cfg in D.gemv_candidates(M, case.w.shape[0], case.w.shape[1], e, torch.device("cuda")):
-            _check_one(case, wd, M, dtype, config=cfg, column_major=dtype == torch.float16)
+    _check_forced_configs(case_args, "gemv_candidates", ((1, torch.float16), (2, torch.bfloat16), (4, torch.float16)),
+                          seed=3)
 
 
 @pytest.mark.parametrize("case_args", CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
 def test_gemm_configs_realistic(case_args):
     """Every large-M GEMM config forced, SWAP_AB (fp16-lane codes with fp16 A and scales) included,
     at M = 300 fp16 (column-major scales) and M = 130 bf16 (row-major)."""
+    _check_forced_configs(case_args, "gemm_candidates", ((300, torch.float16), (130, torch.bfloat16)), seed=2)
+
+
+def _check_forced_configs(case_args, candidates, runs, *, seed):
+    """Each config of dequant_matmul's `candidates(M, N, Kb, element, device)` forced, for each
+    (M, dtype) of runs: fp16 with column-major scales, others row-major."""
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
@@ -98,9 +93,9 @@ def test_gemm_configs_realistic(case_args):
     e, _ = inputs.formats(wf, sf)
     if format_codes.fast_path_reason(e, bs) is not None:
         pytest.skip(f"{wf} with block size {bs} always materialises")
-    case, wd = _realistic_case(case_args, seed=2)
-    for M, dtype in ((300, torch.float16), (130, torch.bfloat16)):
-        for cfg in D.gemm_candidates(M, case.w.shape[0], case.w.shape[1], e, torch.device("cuda")):
+    case, wd = _realistic_case(case_args, seed=seed)
+    for M, dtype in runs:
+        for cfg in getattr(D, candidates)(M, case.w.shape[0], case.w.shape[1], e, torch.device("cuda")):
             _check_one(case, wd, M, dtype, config=cfg, column_major=dtype == torch.float16)
 
 
