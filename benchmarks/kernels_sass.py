@@ -3,6 +3,7 @@
     TRITON_INTERPRET=0 python benchmarks/kernels_sass.py [--formats int4,int8,fp8,mxfp4,nvfp4]
                                                           [--tile 32x256] [--warps 4] [--loop-stages 1]
     TRITON_INTERPRET=0 python benchmarks/kernels_sass.py --kernel mma [--formats int4,mxfp4,nvfp4] [--m 4]
+                                                          [--chunk 64] [--step 128]
 
 Compiles dqmm_gemv_kernel (M = 1) with Triton's own ptxas, disassembles it with nvdisasm and prints
 the instruction mix and the instructions per weight byte (kernel total / bytes one thread loads per K
@@ -14,8 +15,8 @@ without it the scale loads of each K step compile to scalar LDGs where the launc
 through cp.async with the weight.
 
 `--kernel mma` compiles the swap-AB kernel (dqmm_mma_kernel) with the SCALE_W config the autotuner
-picks at M = 4-16 (BLOCK_N 32, 64-byte dots, two a K step, 2 warps, LOOP_STAGES 3) and prints its
-main loop: instruction count and shared-memory instructions (a decoded weight that reaches the dot
+picks at M = 4-16 (BLOCK_N 32, 64-byte dots, two a K step, 2 warps, LOOP_STAGES 3; `--chunk` and
+`--step` for the other dot and step sizes it times) and prints its main loop: instruction count and shared-memory instructions (a decoded weight that reaches the dot
 through shared memory shows up as STS.128 / LDS.64 there).
 """
 
@@ -53,6 +54,8 @@ def main(argv=None) -> int:
     p.add_argument("--loop-stages", type=int, default=1, help="of the gemv (mma: 3)")
     p.add_argument("--kernel", choices=("gemv", "mma"), default="gemv")
     p.add_argument("--m", type=int, default=4, help="BLOCK_M of the mma kernel")
+    p.add_argument("--chunk", type=int, default=64, help="bytes a dot of the mma kernel")
+    p.add_argument("--step", type=int, default=128, help="bytes a K step of the mma kernel (NDOT = step / chunk)")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print("run with TRITON_INTERPRET=0 (this compiles for sm_90; nothing is launched)")
@@ -144,12 +147,12 @@ def _mma(args, compile_sm90, triton) -> int:
             return 2
         wfmt, bits, sfmt, bs = MMA_FORMATS[fname]
         const = dict(WFMT=wfmt, SFMT=sfmt, BITS=bits, CPB=8 // bits, BS=bs, HAS_ZP=False, HAS_GS=fname == "nvfp4",
-                     HAS_BIAS=False, BLOCK_M=args.m, BLOCK_N=32, CHUNK=64, GROUP=1, NDOT=2, USE_WS=True, ASM=True,
+                     HAS_BIAS=False, BLOCK_M=args.m, BLOCK_N=32, CHUNK=args.chunk, GROUP=1, NDOT=args.step // args.chunk, USE_WS=True, ASM=True,
                      HW_FP8=True, ACT_PAIRS=bits == 4, DECODE_EXP=FP4_E4M3_EXP if wfmt == 8 else 0, DOT_F32=False,
                      LOOP_STAGES=3, SCALE_W=True)
         loop = _main_loop(_sass(compile_sm90(fn, const, sfmt, 2), triton))
         shared = collections.Counter(op for op in (b.split()[0] for b in loop) if re.match(r"(STS|LDS)", op))
-        print(f"{fname} (M <= {args.m}): K loop of {len(loop)} SASS instructions (two 64-byte dots); "
+        print(f"{fname} (M <= {args.m}): K loop of {len(loop)} SASS instructions ({args.step // args.chunk} {args.chunk}-byte dots); "
               f"shared memory: {', '.join(f'{op} {n}' for op, n in sorted(shared.items()))}", flush=True)
     return 0
 

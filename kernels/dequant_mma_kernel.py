@@ -33,9 +33,10 @@ a chunk may span blocks, and the fp32 multiply per chunk is gone:
   bf16 holds every such product exactly.
 The scales (and zero points) are loaded once per (row, block) and broadcast over the block's bytes
 in registers: 1.15-1.3x loading the same value for every byte (benchmarks/RESULTS.md). cp.async
-moves 4 bytes or more a thread, so MXFP4's 1-byte scales of one 64-byte dot (2 a thread in the
-column-major layout) were plain loads inside the pipelined loop; with two dots a K step they are
-loaded for the whole step at once (STEP_SCALES, 4 a thread) and stream with the weight.
+moves 4 bytes or more a thread, so the E8M0 scales of one dot (MXFP4's 64-byte dot: 2 bytes a
+thread in the column-major layout; MXFP8's: 1) were plain loads inside the pipelined loop; with 2
+or 4 dots a K step they are loaded for the whole step at once wherever that makes 4 bytes a thread
+(STEP_SCALES) and stream with the weight.
 
 LOOP_STAGES > 1 pipelines the K loop (tl.range): the weight and activation tiles of the next steps
 are copied into shared memory with cp.async while this one is decoded, so more bytes are in flight
@@ -162,6 +163,19 @@ def _per_byte(x, BLOCK_N: tl.constexpr, NB: tl.constexpr, RUN: tl.constexpr):
 
 
 @triton.jit
+def _dot_part(x, D: tl.constexpr, NDOT: tl.constexpr, NB: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Dot D's [BLOCK_N, NB] columns of a K step's [BLOCK_N, NDOT * NB] (NDOT 2 or 4), by tl.split:
+    a register tensor has no slices."""
+    if NDOT == 2:
+        x = tl.permute(tl.reshape(x, (BLOCK_N, 2, NB)), (0, 2, 1))
+    else:  # column (2 * hi + lo) * NB + b -> [row, b, lo, hi]: split off hi, then lo
+        first, second = tl.split(tl.permute(tl.reshape(x, (BLOCK_N, 2, 2, NB)), (0, 3, 2, 1)))
+        x = first if D < 2 else second
+    lo, hi = tl.split(x)
+    return lo if D % 2 == 0 else hi
+
+
+@triton.jit
 def _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, CPB: tl.constexpr, SUB: tl.constexpr):
     """The activation operand at k = byte * CPB + SUB: [DK, NC], 0 outside [0, K), past row M and
     outside each column's own chunk (col_in: the block-diagonal mask)."""
@@ -232,14 +246,13 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
     acc = tl.zeros((BLOCK_N, NC), tl.float32)
     if SCALE_W and SFMT == 3:
         emax = _e8m0_row_max(s_rows, stride_sg, n_mask, kb_start, kb_end, BS // CPB, BLOCK_N)
-    # a step's E8M0 scales are NB * NDOT / 2 bytes a thread (16 rows a warp); cp.async needs 4 (MXFP4)
-    STEP_SCALES: tl.constexpr = SCALE_W and SFMT == 3 and NDOT == 2 and NB >= 4
+    # a step's E8M0 scales are NB * NDOT / 2 bytes a thread (16 rows a warp); cp.async needs 4
+    STEP_SCALES: tl.constexpr = SCALE_W and SFMT == 3 and (NDOT == 2 or NDOT == 4) and NB * NDOT >= 8
     for kb0 in tl.range(kb_start, kb_end, DK * NDOT, num_stages=LOOP_STAGES):
-        if STEP_SCALES:  # both dots' E8M0 scales in one load: 4 bytes a thread, which cp.async can stream
-            gs2 = (kb0 * CPB) // BS + tl.arange(0, 2 * NB)
-            raw2 = tl.load(s_rows + gs2[None, :] * stride_sg,
-                           mask=n_mask[:, None] & (gs2 * (BS // CPB) < kb_end)[None, :], other=0)
-            raw_d0, raw_d1 = tl.split(tl.permute(tl.reshape(raw2, (BLOCK_N, 2, NB)), (0, 2, 1)))
+        if STEP_SCALES:  # every dot's E8M0 scales in one load: 4 bytes a thread or more, which cp.async streams
+            g_step = (kb0 * CPB) // BS + tl.arange(0, NDOT * NB)
+            raw_step = tl.load(s_rows + g_step[None, :] * stride_sg,
+                               mask=n_mask[:, None] & (g_step * (BS // CPB) < kb_end)[None, :], other=0)
         for d in tl.static_range(NDOT):
             c0 = kb0 + d * DK
             byte = c0 + tl.arange(0, DK)
@@ -260,12 +273,10 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                 if SCALE_W:
                     z = _per_byte(z, BLOCK_N, NB, RUN)
             q0, q1 = _codes(w, z, WFMT, BITS, CPB, DT, ASM, HW_FP8, HAS_ZP)
-            if not STEP_SCALES:
-                raw = tl.load(s_rows + grp * stride_sg, mask=gmask, other=0)
-            elif d == 0:
-                raw = raw_d0
+            if STEP_SCALES:
+                raw = _dot_part(raw_step, d, NDOT, NB, BLOCK_N)
             else:
-                raw = raw_d1
+                raw = tl.load(s_rows + grp * stride_sg, mask=gmask, other=0)
             if SCALE_W:  # the products are final: accumulate in the dot itself
                 if SFMT == 3:  # E8M0: relative factors in the codes, the row's largest scale at the end
                     raw = _e8m0_relative(raw.to(tl.int32), emax, DECODE_EXP)

@@ -244,7 +244,8 @@ def test_mx_scale_w_over_widely_spread_and_special_scales(wf):
     row's blocks in the program's K range: exact within 2^23 (e2m1) or 2^15 (e4m3) of it, rounded to
     fp16 below (within the dot's error bound); code 0 (2^-127), spreads of 0-60 binades and one large
     scale anywhere in a row or a split give the reference result, and a NaN scale (0xFF) makes its
-    row NaN, as the per-chunk scales do."""
+    row NaN, as the per-chunk scales do. Two and four dots a K step (the scales of a step's dots
+    loaded at once), a step past a split's end included."""
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
@@ -254,10 +255,11 @@ def test_mx_scale_w_over_widely_spread_and_special_scales(wf):
     K, N = 256, 21
     e, sc = inputs.formats(wf, "float8e8m0")
     case = widely_spread_mx_case(rng, wf, N, K)
-    for M, dtype, split in ((3, torch.float16, 1), (16, torch.bfloat16, 1), (3, torch.float16, 2)):
+    for M, dtype, split, ndot in ((3, torch.float16, 1, 2), (16, torch.bfloat16, 1, 2), (3, torch.float16, 2, 2),
+                                  (16, torch.float16, 1, 4), (3, torch.bfloat16, 2, 4)):
         (cfg,) = D.mma_candidates(M, N, K // e.codes_per_byte, e, 32, dtype, torch.device("cpu"), scale_code=sc)
         assert cfg["SCALE_W"]
-        cfg = dict(cfg, SPLIT_K=split)
+        cfg = dict(cfg, SPLIT_K=split, BLOCK_KB=ndot * cfg["CHUNK"])  # 2 or 4 dots' scales in one load a K step
         a = rng.standard_normal((M, K)).astype(np.float32)
         _check(_run(case, a, None, N=N, config=cfg, dtype=dtype), case, a, None, dot_dtype=dtype)
         nan_case = dataclasses.replace(case, scale=case.scale.copy())
