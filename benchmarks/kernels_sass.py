@@ -56,6 +56,7 @@ def main(argv=None) -> int:
     p.add_argument("--m", type=int, default=4, help="BLOCK_M of the mma kernel")
     p.add_argument("--chunk", type=int, default=64, help="bytes a dot of the mma kernel")
     p.add_argument("--step", type=int, default=128, help="bytes a K step of the mma kernel (NDOT = step / chunk)")
+    p.add_argument("--ragged", action="store_true", help="the mma kernel's masked K loop (N or K not a whole tile)")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print("run with TRITON_INTERPRET=0 (this compiles for sm_90; nothing is launched)")
@@ -149,7 +150,7 @@ def _mma(args, compile_sm90, triton) -> int:
         const = dict(WFMT=wfmt, SFMT=sfmt, BITS=bits, CPB=8 // bits, BS=bs, HAS_ZP=False, HAS_GS=fname == "nvfp4",
                      HAS_BIAS=False, BLOCK_M=args.m, BLOCK_N=32, CHUNK=args.chunk, GROUP=1, NDOT=args.step // args.chunk, USE_WS=True, ASM=True,
                      HW_FP8=True, ACT_PAIRS=bits == 4, DECODE_EXP=FP4_E4M3_EXP if wfmt == 8 else 0, DOT_F32=False,
-                     LOOP_STAGES=3, SCALE_W=True)
+                     LOOP_STAGES=3, SCALE_W=True, EVEN=not args.ragged)
         loop = _main_loop(_sass(compile_sm90(fn, const, sfmt, 2), triton))
         shared = collections.Counter(op for op in (b.split()[0] for b in loop) if re.match(r"(STS|LDS)", op))
         print(f"{fname} (M <= {args.m}): K loop of {len(loop)} SASS instructions ({args.step // args.chunk} {args.chunk}-byte dots); "

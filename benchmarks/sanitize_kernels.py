@@ -1,5 +1,7 @@
 """Small launches of every kernel, for `compute-sanitizer --tool memcheck python benchmarks/sanitize_kernels.py`."""
 
+import itertools
+
 import numpy as np
 import torch
 
@@ -10,10 +12,11 @@ from onnxfuse.kernels.dequant_matmul import dequant_matmul as dqmm
 rng = np.random.default_rng(0)
 t = lambda x: None if x is None else torch.from_numpy(np.ascontiguousarray(x)).cuda()  # noqa: E731
 col = lambda x: None if x is None else t(x).t().contiguous().t()  # noqa: E731 - the layout a session loads scales in
-for wf, sf, bs, zp, two in (("int4", "float16", 32, True, False), ("float4e2m1", "float8e4m3fn", 16, False, True),
-                            ("float8e4m3fn", "float8e8m0", 32, False, False), ("int2", "bfloat16", 64, True, False),
-                            ("int4", "float32", 3, False, False)):
-    K, N = 333, 77
+FORMATS = (("int4", "float16", 32, True, False), ("float4e2m1", "float8e4m3fn", 16, False, True),
+           ("float8e4m3fn", "float8e8m0", 32, False, False), ("int2", "bfloat16", 64, True, False),
+           ("int4", "float32", 3, False, False))
+SHAPES = ((333, 77), (512, 64))  # (K, N): ragged, and whole tiles (the swap-AB kernel's unmasked loop)
+for (wf, sf, bs, zp, two), (K, N) in itertools.product(FORMATS, SHAPES):
     c = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp, global_scale=two)
     for M in (1, 2, 4, 9, 70):
         a = torch.randn(M, K, device="cuda", dtype=torch.float16)
@@ -26,7 +29,7 @@ for wf, sf, bs, zp, two in (("int4", "float16", 32, True, False), ("float4e2m1",
             split_cfg = (dict(BLOCK_N=16, BLOCK_KB=32, SPLIT_K=4, num_warps=4, num_stages=2) if M <= 4 else
                          dict(BLOCK_M=16, BLOCK_N=32, BLOCK_KB=32, SPLIT_K=3, num_warps=4, num_stages=2, GROUP_M=4))
             dqmm(a, t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), bias, config=split_cfg, **kw)
-    dequant_gather(t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), torch.tensor([0, 76, -1, 200], device="cuda"),
+    dequant_gather(t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), torch.tensor([0, N - 1, -1, 200], device="cuda"),
                    D=K, block_size=bs, weight_format=wf, scale_format=sf, out_dtype=torch.float16)
     dequantize(t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), shape=(N, K), axis=1, block_size=bs,
                weight_format=wf, scale_format=sf, out_dtype=torch.float32)

@@ -242,7 +242,7 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
             NDOT=bkb // (cfg["CHUNK"] * cfg["GROUP"]), USE_WS=split > 1, ASM=asm,
             HW_FP8=hw, ACT_PAIRS=pairs, DECODE_EXP=FP4_E4M3_EXP if asm and element.name == "float4e2m1" else 0,
             DOT_F32=a2.dtype == torch.bfloat16 and not hw, LOOP_STAGES=cfg.get("LOOP_STAGES", 1),
-            SCALE_W=bool(cfg.get("SCALE_W")), **common)
+            SCALE_W=bool(cfg.get("SCALE_W")), EVEN=mma_tiles_evenly(N, K, Kb, element, cfg), **common)
     elif gemv:
         ng, bsb = _tile_shape(element, block_size, bkb)
         bm = 1 if M == 1 else (2 if M == 2 else 4)
@@ -270,6 +270,12 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
             splitk_epilogue_kernel[(cdiv(M * N, block),)](ws, bias_or_dummy, out2, M, N, out2.stride(0),
                                                           HAS_BIAS=bias is not None, BLOCK=block, num_warps=4)
     return out2
+
+
+def mma_tiles_evenly(N, K, Kb, element, cfg) -> bool:
+    """Whether the swap-AB kernel's K loop runs unmasked (EVEN): whole row tiles and K steps, and no
+    padding code in the last byte (every split's range is a whole number of steps)."""
+    return N % cfg["BLOCK_N"] == 0 and Kb % cfg["BLOCK_KB"] == 0 and K == Kb * element.codes_per_byte
 
 
 def _materialise(a2, w, s, z, gs, bias, out2, *, K, block_size, element, scale_code):

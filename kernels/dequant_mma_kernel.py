@@ -176,21 +176,42 @@ def _dot_part(x, D: tl.constexpr, NDOT: tl.constexpr, NB: tl.constexpr, BLOCK_N:
 
 
 @triton.jit
-def _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, CPB: tl.constexpr, SUB: tl.constexpr):
-    """The activation operand at k = byte * CPB + SUB: [DK, NC], 0 outside [0, K), past row M and
-    outside each column's own chunk (col_in: the block-diagonal mask)."""
-    k = byte * CPB + SUB
-    mask = (k < K)[:, None] & (col_m < M)[None, :] & col_in
-    return tl.load(a_ptr + col_m[None, :].to(tl.int64) * stride_am + k[:, None], mask=mask, other=0.0)
+def _load(ptr, mask, other, EVEN: tl.constexpr):
+    """tl.load, without its mask where EVEN says every lane is in bounds: no predicate or zero-fill
+    size is computed for it in the K loop."""
+    if EVEN:
+        x = tl.load(ptr)
+    else:
+        x = tl.load(ptr, mask=mask, other=other)
+    return x
 
 
 @triton.jit
-def _act_pairs_t(a_ptr, col_m, col_in, M, Kb, stride_am, byte, DT: tl.constexpr):
+def _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, CPB: tl.constexpr, SUB: tl.constexpr,
+           EVEN: tl.constexpr, GROUP: tl.constexpr):
+    """The activation operand at k = byte * CPB + SUB: [DK, NC], 0 outside [0, K), past row M and
+    outside each column's own chunk (col_in: the block-diagonal mask). EVEN: k is within K and
+    col_m within M (clamped), so only the block-diagonal mask is left."""
+    k = byte * CPB + SUB
+    ptr = a_ptr + col_m[None, :].to(tl.int64) * stride_am + k[:, None]
+    if EVEN and GROUP > 1:
+        x = tl.load(ptr, mask=col_in, other=0.0)
+    else:
+        x = _load(ptr, (k < K)[:, None] & (col_m < M)[None, :] & col_in, 0.0, EVEN)
+    return x
+
+
+@triton.jit
+def _act_pairs_t(a_ptr, col_m, col_in, M, Kb, stride_am, byte, DT: tl.constexpr, EVEN: tl.constexpr,
+                 GROUP: tl.constexpr):
     """The activation operand at the even and odd K positions of `byte`, from one 32-bit load per
     pair (K even, 16-bit A)."""
     a32 = a_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    mask = (byte < Kb)[:, None] & (col_m < M)[None, :] & col_in
-    pr = tl.load(a32 + col_m[None, :].to(tl.int64) * (stride_am // 2) + byte[:, None], mask=mask, other=0)
+    ptr = a32 + col_m[None, :].to(tl.int64) * (stride_am // 2) + byte[:, None]
+    if EVEN and GROUP > 1:
+        pr = tl.load(ptr, mask=col_in, other=0)
+    else:
+        pr = _load(ptr, (byte < Kb)[:, None] & (col_m < M)[None, :] & col_in, 0, EVEN)
     if DT == tl.bfloat16:  # via float32, whose top half a bf16 is (the interpreter has no bf16 bitcast)
         even = (pr << 16).to(tl.float32, bitcast=True).to(DT)
         odd = (pr & -65536).to(tl.float32, bitcast=True).to(DT)
@@ -218,9 +239,13 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, GROUP: tl.constexpr,
                     NDOT: tl.constexpr, USE_WS: tl.constexpr, ASM: tl.constexpr, HW_FP8: tl.constexpr,
                     ACT_PAIRS: tl.constexpr, DECODE_EXP: tl.constexpr, DOT_F32: tl.constexpr,
-                    LOOP_STAGES: tl.constexpr, SCALE_W: tl.constexpr):
+                    LOOP_STAGES: tl.constexpr, SCALE_W: tl.constexpr, EVEN: tl.constexpr):
     """Y[m, n] for m < M <= BLOCK_M: column j * BLOCK_M + m of the dot is chunk j's partial sum for
-    row m, scaled per (row, chunk) in float32 and summed over j at the end."""
+    row m, scaled per (row, chunk) in float32 and summed over j at the end.
+
+    EVEN (N a multiple of BLOCK_N, Kb of the K step, K = Kb * CPB): the K loop's loads are unmasked,
+    and the activation columns past row M read row M - 1 instead of zeros (an output column depends on
+    its own operand column only, and those are not stored)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     DT: tl.constexpr = a_ptr.dtype.element_ty
@@ -231,6 +256,8 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, NC)
     col_m = cols % BLOCK_M
+    if EVEN:
+        col_m = tl.minimum(col_m, M - 1)
     col_j = cols // BLOCK_M
     col_in = (tl.arange(0, DK) // CHUNK)[:, None] == col_j[None, :]
     if GROUP == 1:  # one chunk a dot: a scale (and zero point) a row, broadcast over the columns
@@ -251,13 +278,13 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
     for kb0 in tl.range(kb_start, kb_end, DK * NDOT, num_stages=LOOP_STAGES):
         if STEP_SCALES:  # every dot's E8M0 scales in one load: 4 bytes a thread or more, which cp.async streams
             g_step = (kb0 * CPB) // BS + tl.arange(0, NDOT * NB)
-            raw_step = tl.load(s_rows + g_step[None, :] * stride_sg,
-                               mask=n_mask[:, None] & (g_step * (BS // CPB) < kb_end)[None, :], other=0)
+            raw_step = _load(s_rows + g_step[None, :] * stride_sg,
+                             n_mask[:, None] & (g_step * (BS // CPB) < kb_end)[None, :], 0, EVEN)
         for d in tl.static_range(NDOT):
             c0 = kb0 + d * DK
             byte = c0 + tl.arange(0, DK)
             wmask = n_mask[:, None] & (byte < kb_end)[None, :]
-            w = tl.load(rows + byte[None, :], mask=wmask, other=0)
+            w = _load(rows + byte[None, :], wmask, 0, EVEN)
             # each column's chunk: its scale group, and whether it lies in this split (else weights
             # and scale are masked)
             chunk0 = c0 + chunk_of * CHUNK
@@ -269,14 +296,14 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                 gmask = n_mask[:, None] & (gb * (BS // CPB) < kb_end)[None, :]
             z = 0.0
             if HAS_ZP:  # one zero point a row (GROUP == 1) or a (row, block) (SCALE_W)
-                z = decode_element(tl.load(z_rows + grp * stride_zg, mask=gmask, other=0).to(tl.int32), WFMT)
+                z = decode_element(_load(z_rows + grp * stride_zg, gmask, 0, EVEN).to(tl.int32), WFMT)
                 if SCALE_W:
                     z = _per_byte(z, BLOCK_N, NB, RUN)
             q0, q1 = _codes(w, z, WFMT, BITS, CPB, DT, ASM, HW_FP8, HAS_ZP)
             if STEP_SCALES:
                 raw = _dot_part(raw_step, d, NDOT, NB, BLOCK_N)
             else:
-                raw = tl.load(s_rows + grp * stride_sg, mask=gmask, other=0)
+                raw = _load(s_rows + grp * stride_sg, gmask, 0, EVEN)
             if SCALE_W:  # the products are final: accumulate in the dot itself
                 if SFMT == 3:  # E8M0: relative factors in the codes, the row's largest scale at the end
                     raw = _e8m0_relative(raw.to(tl.int32), emax, DECODE_EXP)
@@ -287,13 +314,13 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
             else:
                 into = tl.zeros((BLOCK_N, NC), tl.float32)
             if CPB == 1:
-                part = _dot(q0, _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 1, 0), into, DOT_F32)
+                part = _dot(q0, _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 1, 0, EVEN, GROUP), into, DOT_F32)
             else:
                 if ACT_PAIRS:
-                    even, odd = _act_pairs_t(a_ptr, col_m, col_in, M, Kb, stride_am, byte, DT)
+                    even, odd = _act_pairs_t(a_ptr, col_m, col_in, M, Kb, stride_am, byte, DT, EVEN, GROUP)
                 else:
-                    even = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 0)
-                    odd = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 1)
+                    even = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 0, EVEN, GROUP)
+                    odd = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 1, EVEN, GROUP)
                 part = _dot(q1, odd, _dot(q0, even, into, DOT_F32), DOT_F32)
             if SCALE_W:
                 acc = part

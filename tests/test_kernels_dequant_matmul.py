@@ -155,7 +155,8 @@ MX_SCALE_W = {("float4e2m1", "float8e8m0"), ("float8e4m3fn", "float8e8m0")}  # M
 @pytest.mark.parametrize("case_args", MMA_CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
 def test_swap_ab_tensor_core_kernel(case_args):
     """The swap-AB kernel forced at M = 1, 3 and 16, fp16 and bf16, ragged N, K even (A loaded as
-    32-bit pairs) and odd (A loaded per K position), one and two K steps per split (split-K 2). At
+    32-bit pairs) and odd (A loaded per K position), one and two K steps per split (split-K 2), and
+    whole tiles (the unmasked loop, A's rows past M clamped to row M - 1; fp6 packs K unevenly). At
     M = 1 without a zero point a dot covers up to 8 chunks (the block-diagonal activation operand).
     NVFP4 folds its E4M3 scales into the codes (SCALE_W): 64-byte dots over 8-byte blocks; other
     8-byte blocks need 2 chunks a dot, so they run at M <= 4 only. Integer codes with fp16 scales and
@@ -169,12 +170,12 @@ def test_swap_ab_tensor_core_kernel(case_args):
 
     wf, sf, bs, zp, two = case_args
     rng = np.random.default_rng(abs(hash(case_args)) % 2**32)
-    N = 37
     e, sc = inputs.formats(wf, sf)
-    for K, M, dtype, split in ((166, 1, torch.float16, 1), (166, 3, torch.bfloat16, 2), (165, 16, torch.float16, 2),
-                               (165, 16, torch.bfloat16, 1)):
-        cfgs = D.mma_candidates(M, N, (K * e.bits + 7) // 8, e, bs, dtype, torch.device("cpu"), zero_point=zp,
-                                scale_code=sc)
+    for K, N, M, dtype, split in ((166, 37, 1, torch.float16, 1), (166, 37, 3, torch.bfloat16, 2),
+                                  (165, 37, 16, torch.float16, 2), (165, 37, 16, torch.bfloat16, 1),
+                                  (512, 48, 3, torch.float16, 2), (512, 48, 16, torch.bfloat16, 1)):
+        Kb = (K * e.bits + 7) // 8
+        cfgs = D.mma_candidates(M, N, Kb, e, bs, dtype, torch.device("cpu"), zero_point=zp, scale_code=sc)
         if bs * e.bits // 8 < 16 and M > 4 and sf != "float8e4m3fn":
             assert not cfgs
             continue
@@ -184,6 +185,8 @@ def test_swap_ab_tensor_core_kernel(case_args):
         case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp,
                                global_scale=two)
         cfg = dict(cfg, SPLIT_K=split)
+        # the unmasked loop (A's rows past M clamped) on whole tiles of whole-byte K, else the masked one
+        assert D.mma_tiles_evenly(N, K, Kb, e, cfg) == (K == 512 and e.bits in (4, 8)), (K, N, cfg)
         a = rng.standard_normal((M, K)).astype(np.float32)
         bias = rng.standard_normal(N).astype(np.float32)
         y = _run(case, a, bias, N=N, config=cfg, dtype=dtype)
