@@ -3,7 +3,7 @@
     TRITON_INTERPRET=0 python benchmarks/kernels_sass.py [--formats int4,int8,fp8,mxfp4,nvfp4]
                                                           [--tile 32x256] [--warps 4] [--loop-stages 1]
     TRITON_INTERPRET=0 python benchmarks/kernels_sass.py --kernel mma [--formats int4,mxfp4,nvfp4] [--m 4]
-                                                          [--chunk 64] [--step 128]
+                                                          [--chunk 64] [--step 128] [--ragged]
 
 Compiles dqmm_gemv_kernel (M = 1) with Triton's own ptxas, disassembles it with nvdisasm and prints
 the instruction mix and the instructions per weight byte (kernel total / bytes one thread loads per K
@@ -16,7 +16,8 @@ through cp.async with the weight.
 
 `--kernel mma` compiles the swap-AB kernel (dqmm_mma_kernel) with the SCALE_W config the autotuner
 picks at M = 4-16 (BLOCK_N 32, 64-byte dots, two a K step, 2 warps, LOOP_STAGES 3; `--chunk` and
-`--step` for the other dot and step sizes it times) and prints its main loop: instruction count and shared-memory instructions (a decoded weight that reaches the dot
+`--step` for the other dot and step sizes it times; `--ragged` for the masked loop of shapes that are
+not whole tiles) and prints its main loop: instruction count and shared-memory instructions (a decoded weight that reaches the dot
 through shared memory shows up as STS.128 / LDS.64 there).
 """
 
