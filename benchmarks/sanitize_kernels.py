@@ -1,13 +1,20 @@
-"""Small launches of every kernel, for `compute-sanitizer --tool memcheck python benchmarks/sanitize_kernels.py`."""
+"""Small launches of every kernel, for `compute-sanitizer --tool memcheck python benchmarks/sanitize_kernels.py`.
+
+Without autotuning (timing every candidate under memcheck took over 400 s): the default configs, plus
+one swap-AB config of each dot shape (CHUNK, GROUP, SCALE_W), forced."""
 
 import itertools
+import os
 
-import numpy as np
-import torch
+os.environ["ONNXFUSE_AUTOTUNE"] = "0"
 
-from onnxfuse.kernels import dequant_gather, dequant_matmul, dequantize, quantize_dequantize
-from onnxfuse.kernels import reference as ref
-from onnxfuse.kernels.dequant_matmul import dequant_matmul as dqmm
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from onnxfuse.kernels import dequant_gather, dequant_matmul, dequantize, inputs, quantize_dequantize  # noqa: E402
+from onnxfuse.kernels import reference as ref  # noqa: E402
+from onnxfuse.kernels.dequant_matmul import dequant_matmul as dqmm  # noqa: E402
+from onnxfuse.kernels.dequant_matmul import mma_candidates  # noqa: E402
 
 rng = np.random.default_rng(0)
 t = lambda x: None if x is None else torch.from_numpy(np.ascontiguousarray(x)).cuda()  # noqa: E731
@@ -29,6 +36,12 @@ for (wf, sf, bs, zp, two), (K, N) in itertools.product(FORMATS, SHAPES):
             split_cfg = (dict(BLOCK_N=16, BLOCK_KB=32, SPLIT_K=4, num_warps=4, num_stages=2) if M <= 4 else
                          dict(BLOCK_M=16, BLOCK_N=32, BLOCK_KB=32, SPLIT_K=3, num_warps=4, num_stages=2, GROUP_M=4))
             dqmm(a, t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), bias, config=split_cfg, **kw)
+            e, sc = inputs.formats(wf, sf)
+            shapes = {}
+            for cfg in mma_candidates(M, N, c.w.shape[1], e, bs, a.dtype, a.device, zero_point=zp, scale_code=sc):
+                shapes.setdefault((cfg["CHUNK"], cfg["GROUP"], cfg["SCALE_W"]), cfg)
+            for cfg in shapes.values():
+                dqmm(a, t(c.w), col(c.scale), col(c.zero_point), t(c.global_scale), bias, config=cfg, **kw)
     dequant_gather(t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), torch.tensor([0, N - 1, -1, 200], device="cuda"),
                    D=K, block_size=bs, weight_format=wf, scale_format=sf, out_dtype=torch.float16)
     dequantize(t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), shape=(N, K), axis=1, block_size=bs,

@@ -388,7 +388,7 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
     if not autotune.tuning_enabled():
         return candidates()[0]
     kernel = "gemv" if gemv else "gemm"
-    key = (f"dqmm-{kernel}|v11|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
+    key = (f"dqmm-{kernel}|v12|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
            f"s{_layout(s)}{'' if z is None else '|z' + _layout(z)}|"
            f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
            f"M{autotune.m_bucket(M)}|N{N}|K{K}")
