@@ -17,8 +17,8 @@ through cp.async with the weight.
 `--kernel mma` compiles the swap-AB kernel (dqmm_mma_kernel) with the SCALE_W config the autotuner
 picks at M = 4-16 (BLOCK_N 32, 64-byte dots, two a K step, 2 warps, LOOP_STAGES 3; `--chunk` and
 `--step` for the other dot and step sizes it times; `--ragged` for the masked loop of shapes that are
-not whole tiles) and prints its main loop: instruction count and shared-memory instructions (a decoded weight that reaches the dot
-through shared memory shows up as STS.128 / LDS.64 there).
+not whole tiles) and prints its main loop: instruction count and shared-memory instructions (a
+decoded weight that reaches the dot through shared memory shows up as STS.128 / LDS.64 there).
 """
 
 from __future__ import annotations
@@ -148,13 +148,14 @@ def _mma(args, compile_sm90, triton) -> int:
             print(f"{fname}: no SCALE_W swap-AB case (choose from {', '.join(MMA_FORMATS)})")
             return 2
         wfmt, bits, sfmt, bs = MMA_FORMATS[fname]
+        ndot = args.step // args.chunk
         const = dict(WFMT=wfmt, SFMT=sfmt, BITS=bits, CPB=8 // bits, BS=bs, HAS_ZP=False, HAS_GS=fname == "nvfp4",
-                     HAS_BIAS=False, BLOCK_M=args.m, BLOCK_N=32, CHUNK=args.chunk, GROUP=1, NDOT=args.step // args.chunk, USE_WS=True, ASM=True,
-                     HW_FP8=True, ACT_PAIRS=bits == 4, DECODE_EXP=FP4_E4M3_EXP if wfmt == 8 else 0, DOT_F32=False,
-                     LOOP_STAGES=3, SCALE_W=True, EVEN=not args.ragged)
+                     HAS_BIAS=False, BLOCK_M=args.m, BLOCK_N=32, CHUNK=args.chunk, GROUP=1, NDOT=ndot, USE_WS=True,
+                     ASM=True, HW_FP8=True, ACT_PAIRS=bits == 4, DECODE_EXP=FP4_E4M3_EXP if wfmt == 8 else 0,
+                     DOT_F32=False, LOOP_STAGES=3, SCALE_W=True, EVEN=not args.ragged)
         loop = _main_loop(_sass(compile_sm90(fn, const, sfmt, 2), triton))
         shared = collections.Counter(op for op in (b.split()[0] for b in loop) if re.match(r"(STS|LDS)", op))
-        print(f"{fname} (M <= {args.m}): K loop of {len(loop)} SASS instructions ({args.step // args.chunk} {args.chunk}-byte dots); "
+        print(f"{fname} (M <= {args.m}): K loop of {len(loop)} SASS instructions ({ndot} {args.chunk}-byte dots); "
               f"shared memory: {', '.join(f'{op} {n}' for op, n in sorted(shared.items()))}", flush=True)
     return 0
 

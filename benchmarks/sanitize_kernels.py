@@ -42,8 +42,9 @@ for (wf, sf, bs, zp, two), (K, N) in itertools.product(FORMATS, SHAPES):
                 shapes.setdefault((cfg["CHUNK"], cfg["GROUP"], cfg["SCALE_W"]), cfg)
             for cfg in shapes.values():
                 dqmm(a, t(c.w), col(c.scale), col(c.zero_point), t(c.global_scale), bias, config=cfg, **kw)
-    dequant_gather(t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), torch.tensor([0, N - 1, -1, 200], device="cuda"),
-                   D=K, block_size=bs, weight_format=wf, scale_format=sf, out_dtype=torch.float16)
+    rows = torch.tensor([0, N - 1, -1, 200], device="cuda")
+    dequant_gather(t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), rows, D=K, block_size=bs,
+                   weight_format=wf, scale_format=sf, out_dtype=torch.float16)
     dequantize(t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), shape=(N, K), axis=1, block_size=bs,
                weight_format=wf, scale_format=sf, out_dtype=torch.float32)
 x = torch.randn(37, 333, device="cuda")

@@ -187,18 +187,24 @@ def _load(ptr, mask, other, EVEN: tl.constexpr):
 
 
 @triton.jit
+def _act_load(ptr, mask, col_in, other, EVEN: tl.constexpr, GROUP: tl.constexpr):
+    """An activation operand tile under mask; EVEN (K in bounds, col_m clamped within M) leaves only
+    the block-diagonal mask col_in, which one chunk a dot (GROUP 1) does not need either."""
+    if EVEN and GROUP > 1:
+        x = tl.load(ptr, mask=col_in, other=other)
+    else:
+        x = _load(ptr, mask, other, EVEN)
+    return x
+
+
+@triton.jit
 def _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, CPB: tl.constexpr, SUB: tl.constexpr,
            EVEN: tl.constexpr, GROUP: tl.constexpr):
     """The activation operand at k = byte * CPB + SUB: [DK, NC], 0 outside [0, K), past row M and
-    outside each column's own chunk (col_in: the block-diagonal mask). EVEN: k is within K and
-    col_m within M (clamped), so only the block-diagonal mask is left."""
+    outside each column's own chunk (col_in: the block-diagonal mask)."""
     k = byte * CPB + SUB
     ptr = a_ptr + col_m[None, :].to(tl.int64) * stride_am + k[:, None]
-    if EVEN and GROUP > 1:
-        x = tl.load(ptr, mask=col_in, other=0.0)
-    else:
-        x = _load(ptr, (k < K)[:, None] & (col_m < M)[None, :] & col_in, 0.0, EVEN)
-    return x
+    return _act_load(ptr, (k < K)[:, None] & (col_m < M)[None, :] & col_in, col_in, 0.0, EVEN, GROUP)
 
 
 @triton.jit
@@ -208,10 +214,7 @@ def _act_pairs_t(a_ptr, col_m, col_in, M, Kb, stride_am, byte, DT: tl.constexpr,
     pair (K even, 16-bit A)."""
     a32 = a_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     ptr = a32 + col_m[None, :].to(tl.int64) * (stride_am // 2) + byte[:, None]
-    if EVEN and GROUP > 1:
-        pr = tl.load(ptr, mask=col_in, other=0)
-    else:
-        pr = _load(ptr, (byte < Kb)[:, None] & (col_m < M)[None, :] & col_in, 0, EVEN)
+    pr = _act_load(ptr, (byte < Kb)[:, None] & (col_m < M)[None, :] & col_in, col_in, 0, EVEN, GROUP)
     if DT == tl.bfloat16:  # via float32, whose top half a bf16 is (the interpreter has no bf16 bitcast)
         even = (pr << 16).to(tl.float32, bitcast=True).to(DT)
         odd = (pr & -65536).to(tl.float32, bitcast=True).to(DT)
