@@ -25,6 +25,7 @@ FORMATS = (("int4", "float16", 32, True, False), ("float4e2m1", "float8e4m3fn", 
 SHAPES = ((333, 77), (512, 64))  # (K, N): ragged, and whole tiles (the swap-AB kernel's unmasked loop)
 for (wf, sf, bs, zp, two), (K, N) in itertools.product(FORMATS, SHAPES):
     c = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp, global_scale=two)
+    e, sc = inputs.formats(wf, sf)
     for M in (1, 2, 4, 9, 70):
         a = torch.randn(M, K, device="cuda", dtype=torch.float16)
         bias = torch.randn(N, device="cuda", dtype=torch.float16)
@@ -36,7 +37,6 @@ for (wf, sf, bs, zp, two), (K, N) in itertools.product(FORMATS, SHAPES):
             split_cfg = (dict(BLOCK_N=16, BLOCK_KB=32, SPLIT_K=4, num_warps=4, num_stages=2) if M <= 4 else
                          dict(BLOCK_M=16, BLOCK_N=32, BLOCK_KB=32, SPLIT_K=3, num_warps=4, num_stages=2, GROUP_M=4))
             dqmm(a, t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), bias, config=split_cfg, **kw)
-            e, sc = inputs.formats(wf, sf)
             shapes = {}
             for cfg in mma_candidates(M, N, c.w.shape[1], e, bs, a.dtype, a.device, zero_point=zp, scale_code=sc):
                 shapes.setdefault((cfg["CHUNK"], cfg["GROUP"], cfg["SCALE_W"]), cfg)
