@@ -149,11 +149,13 @@ def _e8m0_row_max(s_rows, stride_sg, n_mask, kb_start, kb_end, BSB: tl.constexpr
 
 
 @triton.jit
-def _e8m0_relative(e, emax, DECODE_EXP: tl.constexpr):
+def _e8m0_relative(e, exp_bias):
     """[rows, NB] E8M0 codes -> 2^(e - emax + DECODE_EXP) in float32: each block's scale relative to
-    its row's largest (emax [rows, 1]), times the 2^DECODE_EXP the decoder took off. The products then
-    lie within DT's range whatever the scales; factors below 2^-126 are 0."""
-    return (tl.maximum(e - emax + (127 + DECODE_EXP), 0) << 23).to(tl.float32, bitcast=True)
+    its row's largest (emax), times the 2^DECODE_EXP the decoder took off. The products then lie
+    within DT's range whatever the scales; factors below 2^-126 are 0. exp_bias [rows, 1] is
+    127 + DECODE_EXP - emax, added once before the loop: Triton does not hoist it, and MXFP4's loop
+    then fuses the add into the clamp (VIADDMNMX; 16 fewer instructions a step in the sm_90 SASS)."""
+    return (tl.maximum(e + exp_bias, 0) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -276,6 +278,7 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
     acc = tl.zeros((BLOCK_N, NC), tl.float32)
     if SCALE_W and SFMT == 3:
         emax = _e8m0_row_max(s_rows, stride_sg, n_mask, kb_start, kb_end, BS // CPB, BLOCK_N)
+        exp_bias = 127 + DECODE_EXP - emax
     # a step's E8M0 scales are NB * NDOT / 2 bytes a thread (16 rows a warp); cp.async needs 4
     STEP_SCALES: tl.constexpr = SCALE_W and SFMT == 3 and (NDOT == 2 or NDOT == 4) and NB * NDOT >= 8
     for kb0 in tl.range(kb_start, kb_end, DK * NDOT, num_stages=LOOP_STAGES):
@@ -309,7 +312,7 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
                 raw = _load(s_rows + grp * stride_sg, gmask, 0, EVEN)
             if SCALE_W:  # the products are final: accumulate in the dot itself
                 if SFMT == 3:  # E8M0: relative factors in the codes, the row's largest scale at the end
-                    raw = _e8m0_relative(raw.to(tl.int32), emax, DECODE_EXP)
+                    raw = _e8m0_relative(raw.to(tl.int32), exp_bias)
                 sw = _per_byte(_block_factor(raw, SFMT, DT, HW_FP8), BLOCK_N, NB, RUN)
                 q0 = _times_scale(q0, sw, DT)
                 q1 = _times_scale(q1, sw, DT)
