@@ -5,7 +5,8 @@
 Random row-layout weights are made on the device (seconds, not the minutes of benchmarks/kernels.py's
 host-side cases); every candidate config is compiled first in a thread pool; each row is checked
 against the decoded weight (float32 matmul) and timed by CUDA-graph replay over enough weight
-copies to defeat the L2. TB/s = (weight + scale bytes) / time; cuBLAS's is its fp16 weight bytes.
+copies to defeat the L2. TB/s = (weight + scale bytes) / time; cuBLAS's is its fp16 weight bytes. % of HBM
+is against the HBM read rate measured on this GPU first (benchmarks/kernels.py's ceiling).
 """
 
 from __future__ import annotations
@@ -19,10 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from kernels import FORMATS, L2_BYTES, SCALE_USE, graph_time_us, random_case  # noqa: E402  (benchmarks/kernels.py)
-
-HBM_TBS = 4.05  # measured HBM read ceiling on the H200 (benchmarks/RESULTS.md)
-
+from kernels import FORMATS, L2_BYTES, SCALE_USE, graph_time_us, measure_hbm_read, random_case  # noqa: E402  (benchmarks/kernels.py)
 
 def best_us(D, cfgs, a, w, s, gs, out, *, gemv, **kw) -> float:
     """The fastest of cfgs by the autotuner's own timing (do_bench median, us); nan if none applies."""
@@ -77,7 +75,9 @@ def main(argv=None) -> int:
         list(pool.map(compile_one, tasks))
     torch.cuda.synchronize()
     print(f"# compiled {len(tasks)} variants in {time.perf_counter() - t0:.0f} s", flush=True)
-    print("| K x N | M | format | onnxfuse us | TB/s | % of 4.05 | cuBLAS fp16 us | cuBLAS TB/s | rel err | "
+    hbm = measure_hbm_read(torch)[0] / 1e12
+    print(f"# GPU {torch.cuda.get_device_name()}; measured HBM read {hbm:.2f} TB/s", flush=True)
+    print("| K x N | M | format | onnxfuse us | TB/s | % of HBM | cuBLAS fp16 us | cuBLAS TB/s | rel err | "
           "best GEMV/GEMM us | best MMA us | config |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (K, N, fname), (e, sc, w, s, gs) in cases.items():
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
             lk = dict(K=K, N=N, block_size=bs, element=e, scale_code=sc, gemv=M <= D.GEMV_MAX_M)
             t_old = best_us(D, [c for c in cands if not c.get("MMA")], a, w, s, gs, outs[0], **lk)
             t_mma = best_us(D, [c for c in cands if c.get("MMA")], a, w, s, gs, outs[0], **lk)
-            print(f"| {K}x{N} | {M} | {fname} | {ta:.1f} | {tbs:.2f} | {100 * tbs / HBM_TBS:.0f} | {tc:.1f} | "
+            print(f"| {K}x{N} | {M} | {fname} | {ta:.1f} | {tbs:.2f} | {100 * tbs / hbm:.0f} | {tc:.1f} | "
                   f"{w16.nbytes / tc / 1e6:.2f} | {rel:.1e} | {t_old:.1f} | {t_mma:.1f} | {cfg} |", flush=True)
         del ws, ss, wdec, w16, w16s
         torch.cuda.empty_cache()
