@@ -77,7 +77,8 @@ def graph_time_us(torch, fns, reps=5) -> float:
 
 
 def measure_hbm_read(torch):
-    """(HBM read bytes/s, int32-sum bytes/s, cuBLAS fp16 GEMV bytes/s) measured here: the faster reader counts."""
+    """(HBM read bytes/s, int32-sum bytes/s, cuBLAS fp16 GEMV bytes/s) measured here; the faster
+    of the two readers is the HBM read rate."""
     x = torch.randint(0, 2**30, (2**30,), dtype=torch.int32, device="cuda")  # 4 GiB
     t = graph_time_us(torch, [lambda: x.sum()], reps=10)
     bw_sum = x.numel() * 4 / (t * 1e-6)

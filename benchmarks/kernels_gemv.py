@@ -20,7 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from kernels import FORMATS, L2_BYTES, SCALE_USE, graph_time_us, measure_hbm_read, random_case  # noqa: E402  (benchmarks/kernels.py)
+from kernels import (  # noqa: E402  (benchmarks/kernels.py)
+    FORMATS, L2_BYTES, SCALE_USE, graph_time_us, measure_hbm_read, random_case)
+
 
 def best_us(D, cfgs, a, w, s, gs, out, *, gemv, **kw) -> float:
     """The fastest of cfgs by the autotuner's own timing (do_bench median, us); nan if none applies."""
