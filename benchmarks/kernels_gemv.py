@@ -6,7 +6,9 @@ Random row-layout weights are made on the device (seconds, not the minutes of be
 host-side cases); every candidate config is compiled first in a thread pool; each row is checked
 against the decoded weight (float32 matmul) and timed by CUDA-graph replay over enough weight
 copies to defeat the L2. TB/s = (weight + scale bytes) / time; cuBLAS's is its fp16 weight bytes. % of HBM
-is against the HBM read rate measured on this GPU first (benchmarks/kernels.py's ceiling).
+is against the HBM read rate measured on this GPU first (benchmarks/kernels.py's ceiling). The
+fastest swap-AB config is given for each number of row tiles a program its candidates have
+(ROW_TILES; 1 where they have none), by the autotuner's own timing.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def main(argv=None) -> int:
     hbm = measure_hbm_read(torch)[0] / 1e12
     print(f"# GPU {torch.cuda.get_device_name()}; measured HBM read {hbm:.2f} TB/s", flush=True)
     print("| K x N | M | format | onnxfuse us | TB/s | % of HBM | cuBLAS fp16 us | cuBLAS TB/s | rel err | "
-          "best GEMV/GEMM us | best MMA us | config |")
+          "best GEMV/GEMM us | best MMA us by row tiles | config |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (K, N, fname), (e, sc, w, s, gs) in cases.items():
         bs = FORMATS[fname][2]
@@ -108,9 +110,12 @@ def main(argv=None) -> int:
             cands = D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device, scale_code=sc)
             lk = dict(K=K, N=N, block_size=bs, element=e, scale_code=sc, gemv=M <= D.GEMV_MAX_M)
             t_old = best_us(D, [c for c in cands if not c.get("MMA")], a, w, s, gs, outs[0], **lk)
-            t_mma = best_us(D, [c for c in cands if c.get("MMA")], a, w, s, gs, outs[0], **lk)
+            mma = [c for c in cands if c.get("MMA")]
+            by_tiles = {rt: [c for c in mma if c.get("ROW_TILES", 1) == rt] for rt in (1, 2, 4)}
+            t_mma = ", ".join(f"{rt}: {best_us(D, cs, a, w, s, gs, outs[0], **lk):.1f}"
+                              for rt, cs in by_tiles.items() if cs) or "-"
             print(f"| {K}x{N} | {M} | {fname} | {ta:.1f} | {tbs:.2f} | {100 * tbs / hbm:.0f} | {tc:.1f} | "
-                  f"{w16.nbytes / tc / 1e6:.2f} | {rel:.1e} | {t_old:.1f} | {t_mma:.1f} | {cfg} |", flush=True)
+                  f"{w16.nbytes / tc / 1e6:.2f} | {rel:.1e} | {t_old:.1f} | {t_mma} | {cfg} |", flush=True)
         del ws, ss, wdec, w16, w16s
         torch.cuda.empty_cache()
     return 0
