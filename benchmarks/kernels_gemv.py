@@ -111,9 +111,11 @@ def main(argv=None) -> int:
             lk = dict(K=K, N=N, block_size=bs, element=e, scale_code=sc, gemv=M <= D.GEMV_MAX_M)
             t_old = best_us(D, [c for c in cands if not c.get("MMA")], a, w, s, gs, outs[0], **lk)
             mma = [c for c in cands if c.get("MMA")]
-            by_tiles = {rt: [c for c in mma if c.get("ROW_TILES", 1) == rt] for rt in (1, 2, 4)}
+            by_tiles = {}
+            for c in mma:
+                by_tiles.setdefault(c.get("ROW_TILES", 1), []).append(c)
             t_mma = ", ".join(f"{rt}: {best_us(D, cs, a, w, s, gs, outs[0], **lk):.1f}"
-                              for rt, cs in by_tiles.items() if cs) or "-"
+                              for rt, cs in sorted(by_tiles.items())) or "-"
             print(f"| {K}x{N} | {M} | {fname} | {ta:.1f} | {tbs:.2f} | {100 * tbs / hbm:.0f} | {tc:.1f} | "
                   f"{w16.nbytes / tc / 1e6:.2f} | {rel:.1e} | {t_old:.1f} | {t_mma} | {cfg} |", flush=True)
         del ws, ss, wdec, w16, w16s
