@@ -8,7 +8,8 @@ runs between other layers' kernels, its weight not in L2. Here every first-round
 the split-K variants of the fastest few (the autotuner's own two rounds), is also timed as
 kernels_gemv.py times the chosen config: CUDA-graph replay over rotating weight copies. Then the
 package's autotuner picks --repeats times, each from an empty cache. Each row: the fastest config
-by replay, each pick's replay time and its multiple of that (1.00: the best pick there is), the rank
+by replay (and its share of the HBM read rate measured first, for weight and scale bytes), each
+pick's replay time and its multiple of that (1.00: the best pick there is), the rank
 correlation between the autotuner's timings and the replay times over the first round, and the
 median of (autotuner's time - replay time), the cost its measurement adds.
 """
@@ -27,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from kernels import FORMATS, L2_BYTES, SCALE_USE, graph_time_us, random_case  # noqa: E402  (benchmarks/kernels.py)
+from kernels import (  # noqa: E402  (benchmarks/kernels.py)
+    FORMATS, L2_BYTES, SCALE_USE, graph_time_us, measure_hbm_read, random_case)
 
 
 def short(cfg: dict) -> str:
@@ -71,9 +73,11 @@ def main(argv=None) -> int:
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")  # the module (the package exports a function)
     tmp = tempfile.mkdtemp(prefix="onnxfuse-fidelity-")
-    print(f"# GPU {torch.cuda.get_device_name()}; {args.repeats} picks a case, each from an empty cache", flush=True)
-    print("| K x N | M | format | configs | fastest us | fastest config | picks us (x fastest) | picked configs | "
-          "rank corr. | tuner - replay us |")
+    hbm = measure_hbm_read(torch)[0]
+    print(f"# GPU {torch.cuda.get_device_name()}; measured HBM read {hbm / 1e12:.2f} TB/s; {args.repeats} picks a "
+          "case, each from an empty cache", flush=True)
+    print("| K x N | M | format | configs | fastest us (% of HBM) | fastest config | picks us (x fastest) | "
+          "picked configs | rank corr. | tuner - replay us |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for shape in args.shapes.split(","):
         K, N = (int(v) for v in shape.split("x"))
@@ -86,14 +90,14 @@ def main(argv=None) -> int:
             ws = [(w, s)] + [(w.clone(), s.clone()) for _ in range(copies - 1)]
             for M in (int(v) for v in args.m.split(",")):
                 row = _case(torch, D, autotune, ws, gs, M=M, K=K, N=N, bs=bs, e=e, sc=sc, repeats=args.repeats,
-                            cache_root=os.path.join(tmp, f"{fname}-{shape}-M{M}"))
+                            cache_root=os.path.join(tmp, f"{fname}-{shape}-M{M}"), hbm_us=1e6 * wbytes / hbm)
                 print(f"| {K}x{N} | {M} | {fname} | {row}", flush=True)
             del ws, w, s
             torch.cuda.empty_cache()
     return 0
 
 
-def _case(torch, D, autotune, ws, gs, *, M, K, N, bs, e, sc, repeats, cache_root) -> str:
+def _case(torch, D, autotune, ws, gs, *, M, K, N, bs, e, sc, repeats, cache_root, hbm_us) -> str:
     a = torch.randn(M, K, dtype=torch.float16, device="cuda")
     outs = [torch.empty(M, N, dtype=torch.float16, device="cuda") for _ in ws]
     w, s = ws[0]
@@ -132,7 +136,8 @@ def _case(torch, D, autotune, ws, gs, *, M, K, N, bs, e, sc, repeats, cache_root
     picked = "; ".join(short(c) for c in picks)
     corr = rank_correlation([x for x, _ in ok], [y for _, y in ok])
     offset = statistics.median(x - y for x, y in ok) if ok else float("nan")
-    return (f"{len(timed)} | {best_t:.1f} | {short(best)} | {ratios} | {picked} | {corr:.2f} | {offset:.1f} |")
+    return (f"{len(timed)} | {best_t:.1f} ({100 * hbm_us / best_t:.0f}%) | {short(best)} | {ratios} | {picked} | "
+            f"{corr:.2f} | {offset:.1f} |")
 
 
 def _try(fn):
