@@ -1,12 +1,13 @@
 """One autotuned DequantMatMul launch per case inside an NVTX range, for Nsight Compute.
 
-    ncu --clock-control none --nvtx --nvtx-include "regex:prof_.*/" \\
+    ncu --clock-control none --profile-from-start off --nvtx \\
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \\
         --metrics lts__t_bytes.sum.per_second,dram__bytes_read.sum.per_second \\
         python3 benchmarks/profile_kernels.py nvfp4:16 mxfp4:16 int4-b32:1 [--shape 8192x28672]
 
-A case is FORMAT:M (FORMAT as in benchmarks/kernels.py). Each is tuned first outside the ranges, so
-ncu sees only the chosen config's launches (a split-K call shows its partial-sum kernel too). The
+A case is FORMAT:M (FORMAT as in benchmarks/kernels.py). Each is tuned first, then its one launch
+runs between cudaProfilerStart and Stop (ncu's --profile-from-start off), so ncu sees only the chosen
+config's launches (a split-K call shows its partial-sum kernel too), named by the NVTX range. The
 L2 figure tells whether a small-M kernel is bound by the activation tile each program re-reads
 from L2 (weight bytes x 64 / BLOCK_N for 4-bit codes at M = 16) rather than by HBM.
 """
@@ -46,9 +47,11 @@ def main(argv=None) -> int:
         cfg = D._pick_config(a, w, s, None, gs, None, out, gemv=int(m) <= D.GEMV_MAX_M, K=K, N=N, block_size=bs,
                              element=e, scale_code=sc)
         torch.cuda.synchronize()
+        torch.cuda.profiler.start()
         with torch.cuda.nvtx.range(f"prof_{fname}_M{m}"):
             D.dequant_matmul(a, w, s, None, gs, None, out=out, **kw)
         torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
         print(f"prof_{fname}_M{m} {K}x{N}: {cfg}", flush=True)
     return 0
 
