@@ -76,6 +76,13 @@ def graph_time_us(torch, fns, reps=5) -> float:
     return statistics.median(times)
 
 
+def l2_copies(*tensors) -> list[list]:
+    """For each tensor, itself and enough clones (one count for all) that a rotation over them
+    reads 4x the L2's bytes: a timed call does not find its operands in L2."""
+    n = max(1, math.ceil(4 * L2_BYTES / sum(t.nbytes for t in tensors)))
+    return [[t] + [t.clone() for _ in range(n - 1)] for t in tensors]
+
+
 def measure_hbm_read(torch):
     """(HBM read bytes/s, int32-sum bytes/s, cuBLAS fp16 GEMV bytes/s) measured here; the faster
     of the two readers is the HBM read rate."""
@@ -286,9 +293,8 @@ def main(argv=None) -> int:
             wf, sf, bs, two, ort_bits = FORMATS[fname]
             _, _, w, s, gs = random_case(torch, N, K, wf, sf, bs, two)
             wbytes = w.nbytes + s.nbytes
-            copies = max(1, math.ceil(4 * L2_BYTES / wbytes))
-            wt = [w] + [w.clone() for _ in range(copies - 1)]
-            st = [s] + [s.clone() for _ in range(copies - 1)]
+            wt, st = l2_copies(w, s)
+            copies = len(wt)
             st_a = [prepare_constant(s_, SCALE_USE) for s_ in st]
             e, sfmt = F.element_format(wf), F.scale_format(sf)
             lut = torch.from_numpy(e.lut.copy()).cuda()
@@ -296,7 +302,7 @@ def main(argv=None) -> int:
             dec = dict(K=K, bs=bs, cpb=e.row_codes_per_byte, scale_format=sf)
             wdec = torch_decode(torch, w, s, gs, lut, s_lut, **dec)
             w16 = wdec.to(torch.float16)
-            w16_copies = [w16] + [w16.clone() for _ in range(max(1, math.ceil(4 * L2_BYTES / w16.nbytes)) - 1)]
+            (w16_copies,) = l2_copies(w16)
             sess = None
             if ort is not None and ort_bits is not None:
                 try:

@@ -14,7 +14,6 @@ fastest swap-AB config is given for each number of row tiles a program its candi
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -23,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from kernels import (  # noqa: E402  (benchmarks/kernels.py)
-    FORMATS, L2_BYTES, SCALE_USE, graph_time_us, measure_hbm_read, random_case)
+    FORMATS, SCALE_USE, graph_time_us, l2_copies, measure_hbm_read, random_case)
 
 
 def best_us(D, cfgs, a, w, s, gs, out, *, gemv, **kw) -> float:
@@ -87,13 +86,12 @@ def main(argv=None) -> int:
     for (K, N, fname), (e, sc, w, s, gs) in cases.items():
         bs = FORMATS[fname][2]
         wbytes = w.numel() + s.numel() * s.element_size()
-        copies = max(1, math.ceil(4 * L2_BYTES / wbytes))
-        ws = [w] + [w.clone() for _ in range(copies - 1)]
-        ss = [s] + [s.clone() for _ in range(copies - 1)]
+        ws, ss = l2_copies(w, s)
+        copies = len(ws)
         wdec = decode_rows_device(w, s, None, gs, K=K, block_size=bs, element=e, scale_code=sc,
                                   out_dtype=torch.float32)
         w16 = wdec.to(torch.float16)
-        w16s = [w16] + [w16.clone() for _ in range(max(1, math.ceil(4 * L2_BYTES / w16.nbytes)) - 1)]
+        (w16s,) = l2_copies(w16)
         kw = dict(K=K, N=N, block_size=bs, weight_format=FORMATS[fname][0], scale_format=FORMATS[fname][1])
         for M in ms:
             a = torch.randn(M, K, dtype=torch.float16, device="cuda")

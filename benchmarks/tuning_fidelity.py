@@ -26,10 +26,12 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from kernels import (  # noqa: E402  (benchmarks/kernels.py)
-    FORMATS, L2_BYTES, SCALE_USE, graph_time_us, measure_hbm_read, random_case)
+    FORMATS, SCALE_USE, graph_time_us, l2_copies, measure_hbm_read, random_case)
 
 
 def short(cfg: dict) -> str:
@@ -43,21 +45,11 @@ def short(cfg: dict) -> str:
 
 
 def rank_correlation(xs, ys) -> float:
-    """Spearman's rho (ties broken by order)."""
-    def ranks(v):
-        order = sorted(range(len(v)), key=v.__getitem__)
-        r = [0] * len(v)
-        for i, j in enumerate(order):
-            r[j] = i
-        return r
-    rx, ry = ranks(xs), ranks(ys)
-    n = len(xs)
-    if n < 2:
+    """Spearman's rho: the correlation of the two lists' ranks (ties broken by order)."""
+    if len(xs) < 2:
         return float("nan")
-    mx, my = (n - 1) / 2, (n - 1) / 2
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    var = sum((a - mx) ** 2 for a in rx)
-    return cov / var
+    ranks = [np.argsort(np.argsort(v, kind="stable")) for v in (xs, ys)]
+    return float(np.corrcoef(*ranks)[0, 1])
 
 
 def main(argv=None) -> int:
@@ -86,8 +78,7 @@ def main(argv=None) -> int:
             e, sc, w, s, gs = random_case(torch, N, K, wf, sf, bs, two)
             s = prepare_constant(s, SCALE_USE)  # the layout a session loads
             wbytes = w.numel() + s.numel() * s.element_size()
-            copies = max(1, math.ceil(4 * L2_BYTES / wbytes))
-            ws = [(w, s)] + [(w.clone(), s.clone()) for _ in range(copies - 1)]
+            ws = list(zip(*l2_copies(w, s)))
             for M in (int(v) for v in args.m.split(",")):
                 row = _case(torch, D, autotune, ws, gs, M=M, K=K, N=N, bs=bs, e=e, sc=sc, repeats=args.repeats,
                             cache_root=os.path.join(tmp, f"{fname}-{shape}-M{M}"), hbm_us=1e6 * wbytes / hbm)
