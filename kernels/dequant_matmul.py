@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 from onnxfuse import codes
 from onnxfuse.diagnostics import OnnxfuseError
@@ -314,15 +315,48 @@ def _not_gemv(cfg) -> bool:
     return bool(cfg.get("MATERIALISE") or cfg.get("GEMM") or cfg.get("MMA"))
 
 
+TIMED_CALLS = 8  # calls of a config a CUDA graph replays, each after an L2 flush
+TIMED_REPLAYS = 10  # replays of that graph; their median is the time
+
+
 def _time_config(fn) -> float:
-    """Median ms of one call of fn, replayed from a CUDA graph: the host's cost of a launch (tens of
-    us of Python, more than a small-M kernel takes) is then not timed, and varied from process to
-    process (the same config measured up to 2x apart). do_bench still flushes L2 before each call."""
+    """Milliseconds of one call of fn as a layer runs between others: its weight not in L2, and no
+    dirty lines left in L2 for it to write back. A CUDA graph replays TIMED_CALLS pairs of (a read of
+    twice the L2, fn); the same graph of reads alone is subtracted. The graph keeps the host's launch
+    cost (tens of us of Python, more than a small-M kernel takes, varying between processes) out.
+    do_bench's zero-filled flush left the L2 dirty: its times sat 10-17 us above rotating-copy
+    replays (H100, benchmarks/RESULTS.md, stop 34)."""
     fn()  # compiles, and warms up what the capture will record
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    junk = torch.empty(2 * l2 // 4, dtype=torch.int32, device="cuda")
+    sink = torch.empty((), dtype=torch.int64, device="cuda")
+
+    def flushed(with_fn):
+        def record():
+            for _ in range(TIMED_CALLS):
+                torch.sum(junk, out=sink)  # a read: evicts lines clean
+                if with_fn:
+                    fn()
+        return _graph_ms(record)
+
+    return (flushed(True) - flushed(False)) / TIMED_CALLS
+
+
+def _graph_ms(record) -> float:
+    """Median ms of one replay of a CUDA graph of what record() launches."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
-    return triton.testing.do_bench(graph.replay, warmup=5, rep=20, return_mode="median")
+        record()
+    graph.replay()
+    times = []
+    for _ in range(TIMED_REPLAYS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
 
 
 def dequant_matmul(a, w, scale, zero_point=None, global_scale=None, bias=None, *, K, N, block_size,
@@ -388,7 +422,7 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
     if not autotune.tuning_enabled():
         return candidates()[0]
     kernel = "gemv" if gemv else "gemm"
-    key = (f"dqmm-{kernel}|v12|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
+    key = (f"dqmm-{kernel}|v13|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
            f"s{_layout(s)}{'' if z is None else '|z' + _layout(z)}|"
            f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
            f"M{autotune.m_bucket(M)}|N{N}|K{K}")

@@ -193,3 +193,25 @@ def test_mx_scale_w_over_widely_spread_scales_on_gpu(wf):
                 assert_close_to_reference(y, case, a, None, dot_dtype=dtype, u=U)
                 ran += 1
     assert ran
+
+
+def test_time_config_replays_the_call_between_l2_flushes():
+    """The autotuner's timing: fn runs once eagerly (compiles, warms up) and once a flushed call while
+    the graph is captured, never during replays, which still do its work; the time is per call."""
+    import importlib
+
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
+    x = torch.randint(-8, 8, (2**24,), device="cuda").float()  # integers: the sums below are exact
+    y = torch.zeros_like(x)
+    calls = []
+
+    def fn():
+        calls.append(torch.cuda.is_current_stream_capturing())
+        torch.add(y, x, out=y)
+
+    ms = D._time_config(fn)
+    assert calls == [False] + [True] * D.TIMED_CALLS
+    torch.cuda.synchronize()
+    # eager 1 + captured-only 0 + replays: a warm-up and TIMED_REPLAYS each of TIMED_CALLS adds
+    assert torch.equal(y, x * (1 + (1 + D.TIMED_REPLAYS) * D.TIMED_CALLS))
+    assert 0 < ms < 1e3
