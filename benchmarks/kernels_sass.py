@@ -3,7 +3,7 @@
     TRITON_INTERPRET=0 python benchmarks/kernels_sass.py [--formats int4,int8,fp8,mxfp4,nvfp4]
                                                           [--tile 32x256] [--warps 4] [--loop-stages 1]
     TRITON_INTERPRET=0 python benchmarks/kernels_sass.py --kernel mma [--formats int4,mxfp4,nvfp4] [--m 4]
-                                                          [--chunk 64] [--step 128] [--ragged]
+                                                          [--chunk 64] [--step 128] [--ragged] [--row-tiles 2]
 
 Compiles dqmm_gemv_kernel (M = 1) with Triton's own ptxas, disassembles it with nvdisasm and prints
 the instruction mix and the instructions per weight byte (kernel total / bytes one thread loads per K
@@ -58,6 +58,8 @@ def main(argv=None) -> int:
     p.add_argument("--chunk", type=int, default=64, help="bytes a dot of the mma kernel")
     p.add_argument("--step", type=int, default=128, help="bytes a K step of the mma kernel (NDOT = step / chunk)")
     p.add_argument("--ragged", action="store_true", help="the mma kernel's masked K loop (N or K not a whole tile)")
+    p.add_argument("--row-tiles", type=int, default=1, choices=(1, 2, 4),
+                   help="row tiles of BLOCK_N a program of the mma kernel owns (ROW_TILES)")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print("run with TRITON_INTERPRET=0 (this compiles for sm_90; nothing is launched)")
@@ -152,7 +154,8 @@ def _mma(args, compile_sm90, triton) -> int:
         const = dict(WFMT=wfmt, SFMT=sfmt, BITS=bits, CPB=8 // bits, BS=bs, HAS_ZP=False, HAS_GS=fname == "nvfp4",
                      HAS_BIAS=False, BLOCK_M=args.m, BLOCK_N=32, CHUNK=args.chunk, GROUP=1, NDOT=ndot, USE_WS=True,
                      ASM=True, HW_FP8=True, ACT_PAIRS=bits == 4, DECODE_EXP=FP4_E4M3_EXP if wfmt == 8 else 0,
-                     DOT_F32=False, LOOP_STAGES=3, SCALE_W=True, EVEN=not args.ragged)
+                     DOT_F32=False, LOOP_STAGES=3, SCALE_W=True, EVEN=not args.ragged,
+                     ROW_TILES=args.row_tiles)
         loop = _main_loop(_sass(compile_sm90(fn, const, sfmt, 2), triton))
         shared = collections.Counter(op for op in (b.split()[0] for b in loop) if re.match(r"(STS|LDS)", op))
         print(f"{fname} (M <= {args.m}): K loop of {len(loop)} SASS instructions ({ndot} {args.chunk}-byte dots); "

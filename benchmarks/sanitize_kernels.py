@@ -1,7 +1,7 @@
 """Small launches of every kernel, for `compute-sanitizer --tool memcheck python benchmarks/sanitize_kernels.py`.
 
 Without autotuning (timing every candidate under memcheck took over 400 s): the default configs, plus
-one swap-AB config of each dot shape (CHUNK, GROUP, SCALE_W), forced."""
+one swap-AB config of each dot shape (CHUNK, GROUP, SCALE_W) and row tiles a program, forced."""
 
 import itertools
 import os
@@ -39,7 +39,7 @@ for (wf, sf, bs, zp, two), (K, N) in itertools.product(FORMATS, SHAPES):
             dqmm(a, t(c.w), t(c.scale), t(c.zero_point), t(c.global_scale), bias, config=split_cfg, **kw)
             shapes = {}
             for cfg in mma_candidates(M, N, c.w.shape[1], e, bs, a.dtype, a.device, zero_point=zp, scale_code=sc):
-                shapes.setdefault((cfg["CHUNK"], cfg["GROUP"], cfg["SCALE_W"]), cfg)
+                shapes.setdefault((cfg["CHUNK"], cfg["GROUP"], cfg["SCALE_W"], cfg["ROW_TILES"]), cfg)
             for cfg in shapes.values():
                 dqmm(a, t(c.w), col(c.scale), col(c.zero_point), t(c.global_scale), bias, config=cfg, **kw)
     rows = torch.tensor([0, N - 1, -1, 200], device="cuda")

@@ -20,6 +20,7 @@ import re
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -89,13 +90,19 @@ def tuning_enabled() -> bool:
 
 
 REFINE_TOP = 3  # how many of the first round's fastest configs refine() varies
+COMPILE_THREADS = 16  # at most, for compiling a key's candidates ahead of timing them
 
 
 def choose(cache: TuningCache, key: str, candidates: Callable[[], Sequence[dict]],
            time_one: Callable[[dict], float],
-           refine: Callable[[dict], Sequence[dict]] | None = None) -> dict:
+           refine: Callable[[dict], Sequence[dict]] | None = None,
+           compile_one: Callable[[dict], None] | None = None) -> dict:
     """The cached config for key, else the fastest of candidates() by time_one (milliseconds),
     cached. The list is built only on a miss: building it costs more host time than a hit.
+
+    compile_one(cfg), if given, compiles a config without running it (Triton warmups); every
+    candidate is compiled first, in Triton's parallel build (AsyncCompileMode), so the timing loop
+    finds each one built instead of compiling them one after the other.
 
     refine(cfg), if given, lists variants of a config (another split-K, say) that are timed in a
     second round for the REFINE_TOP fastest of the first: a few more timings instead of
@@ -107,13 +114,16 @@ def choose(cache: TuningCache, key: str, candidates: Callable[[], Sequence[dict]
     if not tuning_enabled() or (len(candidates) == 1 and refine is None):
         return dict(candidates[0])
     t0 = time.perf_counter()
+    if compile_one is not None:
+        _compile_all(candidates, compile_one)
     timed = _time_all(candidates, time_one)
     tried = len(candidates)
     if refine is not None:
-        for cfg, _ in sorted(timed, key=lambda ct: ct[1])[:REFINE_TOP]:
-            variants = [v for v in refine(cfg) if v != cfg]
-            tried += len(variants)
-            timed += _time_all(variants, time_one)
+        variants = [v for cfg, _ in sorted(timed, key=lambda ct: ct[1])[:REFINE_TOP] for v in refine(cfg) if v != cfg]
+        if compile_one is not None:
+            _compile_all(variants, compile_one)
+        tried += len(variants)
+        timed += _time_all(variants, time_one)
     best, best_t = min(timed, key=lambda ct: ct[1], default=(None, float("inf")))
     elapsed = time.perf_counter() - t0
     if best is None:
@@ -137,6 +147,23 @@ def _time_all(configs: Sequence[dict], time_one: Callable[[dict], float]) -> lis
         except Exception:  # noqa: BLE001 - any compile or launch failure only drops that config
             continue
     return timed
+
+
+def _compile_all(configs: Sequence[dict], compile_one: Callable[[dict], None]) -> None:
+    """compile_one over configs inside triton.AsyncCompileMode, whose thread pool builds the kernels
+    its warmups submit, all at once; a failure is left for the timing round to skip."""
+    import triton
+
+    try:
+        with ThreadPoolExecutor(max(1, min(COMPILE_THREADS, os.cpu_count() or 1, len(configs)))) as pool, \
+                triton.AsyncCompileMode(pool, ignore_errors=True):
+            for cfg in configs:
+                try:
+                    compile_one(cfg)
+                except Exception:  # noqa: BLE001 - time_one meets the same error and drops the config
+                    pass
+    except RuntimeError as e:  # a caller's own AsyncCompileMode is active: the timing loop compiles
+        _log.debug("autotune: no ahead-of-time compile (%s)", e)
 
 
 def _report(message: str) -> None:

@@ -156,7 +156,9 @@ def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point
     SCALE_W dots too (E8M0 factors relative to the row's largest scale): 1.3-1.4x at M = 4-8; MXFP8
     (e4m3) 64- and 128-byte ones: 1.15x at M = 4, 1.26-1.36x at M = 16 (H100). From M = 8 the
     programs have 1-2 warps: 4 and 8 (BLOCK_N 64 and 128; 4 warps compile to wgmma) were timed at
-    M = 16 and never picked (H100, benchmarks/RESULTS.md, stop 31)."""
+    M = 16 and never picked (H100, benchmarks/RESULTS.md, stop 31). The pipelined shapes are also
+    timed with two row tiles a program (ROW_TILES, sharing each activation operand): up to 1.08x at
+    M = 16; four were never picked (H100, benchmarks/RESULTS.md, stops 34-35)."""
     bsb = block_size // element.codes_per_byte
     if M > MMA_MAX_M or a_dtype not in (torch.float16, torch.bfloat16) or element.codes_per_byte > 2:
         return []
@@ -182,19 +184,20 @@ def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point
     if triton_env.interpreting():
         chunk, g, scale_w = dots[-1]
         return [dict(MMA=True, BLOCK_M=bm, BLOCK_N=16, CHUNK=chunk, GROUP=g, BLOCK_KB=2 * chunk * g, SPLIT_K=1,
-                     num_warps=1, num_stages=1, LOOP_STAGES=2, SCALE_W=scale_w)]
+                     num_warps=1, num_stages=1, LOOP_STAGES=2, SCALE_W=scale_w, ROW_TILES=1)]
     sms = _sm_count(device)
     out = []
-    # (warps, bytes per K step, LOOP_STAGES); the pipelined loops are the shapes that won with them
-    shapes = [(2, 256, 1), (1, 256, 1), (2, 128, 1)] + ([(4, 256, 1)] if bm < 8 else [])
-    shapes += [(1, 256, 2), (1, 256, 3), (2, 128, 2), (2, 128, 3)]
+    # (warps, bytes per K step, LOOP_STAGES, ROW_TILES); the pipelined loops are the shapes that won
+    # with them, also with two row tiles a program
+    shapes = [(2, 256, 1, 1), (1, 256, 1, 1), (2, 128, 1, 1)] + ([(4, 256, 1, 1)] if bm < 8 else [])
+    shapes += [(w, st, ls, rt) for rt in (1, 2) for w, st, ls in ((1, 256, 2), (1, 256, 3), (2, 128, 2), (2, 128, 3))]
     for chunk, group, scale_w in dots:
-        for warps, step, loop_stages in shapes:
+        for warps, step, loop_stages, tiles in shapes:
             step = max(chunk * group, min(step, next_pow2(Kb)))
-            split = _split_for(cdiv(N, 16 * warps), cdiv(Kb, step), sms, 32 // warps)
+            split = _split_for(cdiv(N, 16 * warps * tiles), cdiv(Kb, step), sms, 32 // warps)
             out.append(dict(MMA=True, BLOCK_M=bm, BLOCK_N=16 * warps, CHUNK=chunk, GROUP=group, BLOCK_KB=step,
                             SPLIT_K=split, num_warps=warps, num_stages=1, LOOP_STAGES=loop_stages,
-                            SCALE_W=scale_w))
+                            SCALE_W=scale_w, ROW_TILES=tiles))
     return out
 
 
@@ -209,11 +212,22 @@ def tuning_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_po
     return cands
 
 
-def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_code, cfg, gemv: bool):
+def _run(kernel, grid, compile_only: bool, *args, **constants):
+    """kernel[grid](*args, **constants), or only its compilation (Triton's warmup) if compile_only."""
+    if compile_only:
+        kernel.warmup(*args, grid=grid, **constants)
+    else:
+        kernel[grid](*args, **constants)
+
+
+def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_code, cfg, gemv: bool,
+            compile_only: bool = False):
     M = a2.shape[0]
     Kb = w.shape[1]
     G = s.shape[1]
     if cfg.get("MATERIALISE"):
+        if compile_only:  # a library matmul and one decode kernel: nothing worth compiling ahead
+            return out2
         return _materialise(a2, w, s, z, gs, bias, out2, K=K, block_size=block_size, element=element,
                             scale_code=scale_code)
     nb, bkb = cfg["BLOCK_N"], cfg["BLOCK_KB"]
@@ -224,7 +238,9 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
     common = dict(WFMT=element.id, SFMT=scale_code.id, BITS=element.bits, CPB=element.codes_per_byte,
                   BS=block_size, HAS_ZP=z is not None, HAS_GS=gs is not None, HAS_BIAS=bias is not None,
                   BLOCK_N=nb, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    if gemv or mma:
+    if compile_only:  # only the workspace's dtype and alignment reach the compiled kernel
+        ws = torch.empty(1, dtype=torch.float32, device=a2.device) if split > 1 else out2
+    elif gemv or mma:
         ws = torch.empty((split, M, N), dtype=torch.float32, device=a2.device) if split > 1 else out2
     else:
         ws = torch.zeros((M, N), dtype=torch.float32, device=a2.device) if split > 1 else out2
@@ -238,20 +254,21 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
         # inline-PTX decoders: fp16 A on a GPU, integer and fp4 codes; A's code pairs as one 32-bit load
         asm = hw and a2.dtype == torch.float16 and (not element.is_float or element.name == "float4e2m1")
         pairs = element.codes_per_byte == 2 and K % 2 == 0 and a2.stride(0) % 2 == 0 and a2.data_ptr() % 4 == 0
-        dqmm_mma_kernel[(cdiv(N, nb), split)](
-            *args, BLOCK_M=cfg["BLOCK_M"], CHUNK=cfg["CHUNK"], GROUP=cfg["GROUP"],
+        _run(
+            dqmm_mma_kernel, (cdiv(N, nb * cfg.get("ROW_TILES", 1)), split), compile_only, *args,
+            BLOCK_M=cfg["BLOCK_M"], CHUNK=cfg["CHUNK"], GROUP=cfg["GROUP"],
             NDOT=bkb // (cfg["CHUNK"] * cfg["GROUP"]), USE_WS=split > 1, ASM=asm,
             HW_FP8=hw, ACT_PAIRS=pairs, DECODE_EXP=FP4_E4M3_EXP if asm and element.name == "float4e2m1" else 0,
             DOT_F32=a2.dtype == torch.bfloat16 and not hw, LOOP_STAGES=cfg.get("LOOP_STAGES", 1),
-            SCALE_W=bool(cfg.get("SCALE_W")), EVEN=mma_tiles_evenly(N, K, Kb, element, cfg), **common)
+            SCALE_W=bool(cfg.get("SCALE_W")), EVEN=mma_tiles_evenly(N, K, Kb, element, cfg),
+            ROW_TILES=cfg.get("ROW_TILES", 1), **common)
     elif gemv:
         ng, bsb = _tile_shape(element, block_size, bkb)
         bm = 1 if M == 1 else (2 if M == 2 else 4)
         act_base, act_shift = _gemv_act_scaling(element, hw)
-        dqmm_gemv_kernel[(cdiv(N, nb), split)](*args, BLOCK_M=bm, FLIP=_SIGN_FLIP.get(element.name, 0),
-                                               USE_WS=split > 1, HW_FP8=hw, NG=ng, BSB=bsb,
-                                               ACT_BASE=act_base, ACT_SHIFT=act_shift,
-                                               LOOP_STAGES=cfg.get("LOOP_STAGES", 1), **common)
+        _run(dqmm_gemv_kernel, (cdiv(N, nb), split), compile_only, *args, BLOCK_M=bm,
+             FLIP=_SIGN_FLIP.get(element.name, 0), USE_WS=split > 1, HW_FP8=hw, NG=ng, BSB=bsb, ACT_BASE=act_base,
+             ACT_SHIFT=act_shift, LOOP_STAGES=cfg.get("LOOP_STAGES", 1), **common)
     else:
         ng, bsb = _tile_shape(element, block_size, bkb)
         bm = cfg["BLOCK_M"]
@@ -259,9 +276,9 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
         dot_f32 = a2.dtype == torch.float32 or (a2.dtype == torch.bfloat16 and not hw)
         swap = bool(cfg.get("SWAP_AB"))
         f16_codes = swap and a2.dtype == torch.float16 and not element.is_float and scale_code.name == "float16"
-        dqmm_gemm_kernel[grid](*args, BLOCK_M=bm, GROUP_M=cfg["GROUP_M"], ATOMIC=split > 1, DOT_F32=dot_f32,
-                               NG=ng, BSB=bsb, SWAP_AB=swap, F16_CODES=f16_codes, **common)
-    if split > 1:
+        _run(dqmm_gemm_kernel, grid, compile_only, *args, BLOCK_M=bm, GROUP_M=cfg["GROUP_M"], ATOMIC=split > 1,
+             DOT_F32=dot_f32, NG=ng, BSB=bsb, SWAP_AB=swap, F16_CODES=f16_codes, **common)
+    if split > 1 and not compile_only:
         block = 1024
         if gemv or mma:  # the [SPLIT, M, N] workspace, summed in a fixed order
             splitk_sum_kernel[(cdiv(M * N, block),)](ws, bias_or_dummy, out2, M, N, out2.stride(0),
@@ -276,7 +293,8 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
 def mma_tiles_evenly(N, K, Kb, element, cfg) -> bool:
     """Whether the swap-AB kernel's K loop runs unmasked (EVEN): whole row tiles and K steps, and no
     padding code in the last byte (every split's range is a whole number of steps)."""
-    return N % cfg["BLOCK_N"] == 0 and Kb % cfg["BLOCK_KB"] == 0 and K == Kb * element.codes_per_byte
+    rows = cfg["BLOCK_N"] * cfg.get("ROW_TILES", 1)
+    return N % rows == 0 and Kb % cfg["BLOCK_KB"] == 0 and K == Kb * element.codes_per_byte
 
 
 def _materialise(a2, w, s, z, gs, bias, out2, *, K, block_size, element, scale_code):
@@ -422,7 +440,7 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
     if not autotune.tuning_enabled():
         return candidates()[0]
     kernel = "gemv" if gemv else "gemm"
-    key = (f"dqmm-{kernel}|v13|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
+    key = (f"dqmm-{kernel}|v14|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
            f"s{_layout(s)}{'' if z is None else '|z' + _layout(z)}|"
            f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
            f"M{autotune.m_bucket(M)}|N{N}|K{K}")
@@ -435,5 +453,8 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
             _launch(a2, w, s, z, gs, bias, scratch, cfg=cfg, gemv=gemv and not _not_gemv(cfg), **kw)
         return _time_config(run)
 
+    def compile_one(cfg):
+        _launch(a2, w, s, z, gs, bias, out2, cfg=cfg, gemv=gemv and not _not_gemv(cfg), compile_only=True, **kw)
+
     return autotune.choose(autotune.cache_for_device(a2.device), key, candidates, time_one,
-                           refine=lambda cfg: split_variants(cfg, M))
+                           refine=lambda cfg: split_variants(cfg, M), compile_one=compile_one)

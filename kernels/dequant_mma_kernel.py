@@ -2,8 +2,9 @@
 
 At small M a GEMV spends most of its issue slots on FP32 FMAs and conversions, not on loads. This
 kernel gives the multiply-adds to the tensor cores instead, with the operands swapped so the
-weight is the wide side: each program owns BLOCK_N rows of W (16 per warp) and computes
-acc[BLOCK_N, BLOCK_M] = W_tile @ A^T with `tl.dot` (mma.sync m16n8k16; Triton pads BLOCK_M < 8).
+weight is the wide side: each program owns ROW_TILES tiles of BLOCK_N rows of W (16 per warp) and
+computes acc[BLOCK_N, BLOCK_M] = W_tile @ A^T for each with `tl.dot` (mma.sync m16n8k16; Triton pads
+BLOCK_M < 8).
 One warp per 16 rows keeps Triton's mixed-precision layout rule satisfied: the uint8 weight load
 is made directly in the dot operand's register layout (no shared-memory round trip of the weight).
 
@@ -134,10 +135,14 @@ def _e8m0_row_max(s_rows, stride_sg, n_mask, kb_start, kb_end, BSB: tl.constexpr
     what this program's SCALE_W factors are relative to, found once (the scales are 1/16 of the bytes).
     Halving by split and maximum, not tl.max: after a reduce Triton no longer moves the factors'
     layout conversion onto the scales, and the decoded weight takes a shared-memory round trip to
-    the dot (16 STS.128 and 32 LDS.64 more a loop step in the sm_90 SASS)."""
+    the dot (16 STS.128 and 32 LDS.64 more a loop step in the sm_90 SASS). The scan is pipelined
+    (cp.async, 3 stages): a plain loop waited for each 64-block load before the next, and a
+    small-M grid is one wave, so every program's scan delays the first weight bytes (5 loads a
+    program of 28672x8192 at split 3). Two row tiles scan one after the other: one scan of both
+    tiles' rows, split after, sent MXFP8's decoded weight through shared memory in the K loop."""
     emax = tl.zeros((BLOCK_N, 1), tl.int32)
     g_end = tl.cdiv(kb_end, BSB)
-    for g0 in range(kb_start // BSB, g_end, 64):
+    for g0 in tl.range(kb_start // BSB, g_end, 64, num_stages=3):
         g = g0 + tl.arange(0, 64)
         x = tl.load(s_rows + g[None, :] * stride_sg, mask=n_mask[:, None] & (g < g_end)[None, :], other=0)
         x = x.to(tl.int32)
@@ -236,102 +241,88 @@ def _dot(q, a, acc, DOT_F32: tl.constexpr):
 
 
 @triton.jit
-def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_ptr,
-                    M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg, stride_om,
-                    kb_per_split,
-                    WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
-                    BS: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, GROUP: tl.constexpr,
-                    NDOT: tl.constexpr, USE_WS: tl.constexpr, ASM: tl.constexpr, HW_FP8: tl.constexpr,
-                    ACT_PAIRS: tl.constexpr, DECODE_EXP: tl.constexpr, DOT_F32: tl.constexpr,
-                    LOOP_STAGES: tl.constexpr, SCALE_W: tl.constexpr, EVEN: tl.constexpr):
-    """Y[m, n] for m < M <= BLOCK_M: column j * BLOCK_M + m of the dot is chunk j's partial sum for
-    row m, scaled per (row, chunk) in float32 and summed over j at the end.
-
-    EVEN (N a multiple of BLOCK_N, Kb of the K step, K = Kb * CPB): the K loop's loads are unmasked,
-    and the activation columns past row M read row M - 1 instead of zeros (an output column depends on
-    its own operand column only, and those are not stored)."""
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    DT: tl.constexpr = a_ptr.dtype.element_ty
-    NC: tl.constexpr = GROUP * BLOCK_M  # the dot's columns
-    DK: tl.constexpr = GROUP * CHUNK  # the dot's bytes of each row
-    NB: tl.constexpr = DK // (BS // CPB) if DK > BS // CPB else 1  # SCALE_W: the blocks a dot spans
-    RUN: tl.constexpr = DK // NB
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    cols = tl.arange(0, NC)
-    col_m = cols % BLOCK_M
-    if EVEN:
-        col_m = tl.minimum(col_m, M - 1)
-    col_j = cols // BLOCK_M
-    col_in = (tl.arange(0, DK) // CHUNK)[:, None] == col_j[None, :]
-    if GROUP == 1:  # one chunk a dot: a scale (and zero point) a row, broadcast over the columns
-        chunk_of = tl.zeros((1,), tl.int32)
+def _act_operand(a_ptr, col_m, col_in, M, K, Kb, stride_am, byte, CPB: tl.constexpr, DT: tl.constexpr,
+                 ACT_PAIRS: tl.constexpr, EVEN: tl.constexpr, GROUP: tl.constexpr):
+    """A dot's activation operand for the codes of `byte`: (sub-position 0, sub-position 1), the same
+    tile twice for one code a byte."""
+    if CPB == 1:
+        act0 = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 1, 0, EVEN, GROUP)
+        act1 = act0
+    elif ACT_PAIRS:
+        act0, act1 = _act_pairs_t(a_ptr, col_m, col_in, M, Kb, stride_am, byte, DT, EVEN, GROUP)
     else:
-        chunk_of = col_j
-    n_mask = offs_n < N
-    rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
-    s_rows = s_ptr + offs_n[:, None].to(tl.int64) * stride_sn
-    z_rows = z_ptr + offs_n[:, None].to(tl.int64) * stride_zn
-    kb_start = pid_k * kb_per_split
-    kb_end = tl.minimum(kb_start + kb_per_split, Kb)
-    acc = tl.zeros((BLOCK_N, NC), tl.float32)
-    if SCALE_W and SFMT == 3:
-        emax = _e8m0_row_max(s_rows, stride_sg, n_mask, kb_start, kb_end, BS // CPB, BLOCK_N)
-        exp_bias = 127 + DECODE_EXP - emax
-    # a step's E8M0 scales are NB * NDOT / 2 bytes a thread (16 rows a warp); cp.async needs 4
-    STEP_SCALES: tl.constexpr = SCALE_W and SFMT == 3 and (NDOT == 2 or NDOT == 4) and NB * NDOT >= 8
-    for kb0 in tl.range(kb_start, kb_end, DK * NDOT, num_stages=LOOP_STAGES):
-        if STEP_SCALES:  # every dot's E8M0 scales in one load: 4 bytes a thread or more, which cp.async streams
-            g_step = (kb0 * CPB) // BS + tl.arange(0, NDOT * NB)
-            raw_step = _load(s_rows + g_step[None, :] * stride_sg,
-                             n_mask[:, None] & (g_step * (BS // CPB) < kb_end)[None, :], 0, EVEN)
-        for d in tl.static_range(NDOT):
-            c0 = kb0 + d * DK
-            byte = c0 + tl.arange(0, DK)
-            wmask = n_mask[:, None] & (byte < kb_end)[None, :]
-            w = _load(rows + byte[None, :], wmask, 0, EVEN)
-            # each column's chunk: its scale group, and whether it lies in this split (else weights
-            # and scale are masked)
-            chunk0 = c0 + chunk_of * CHUNK
-            grp = ((chunk0 * CPB) // BS)[None, :]
-            gmask = n_mask[:, None] & (chunk0 < kb_end)[None, :]
-            if SCALE_W:  # a dot may span blocks: one load a (row, block), broadcast over the block's bytes
-                gb = (c0 * CPB) // BS + tl.arange(0, NB)
-                grp = gb[None, :]
-                gmask = n_mask[:, None] & (gb * (BS // CPB) < kb_end)[None, :]
-            z = 0.0
-            if HAS_ZP:  # one zero point a row (GROUP == 1) or a (row, block) (SCALE_W)
-                z = decode_element(_load(z_rows + grp * stride_zg, gmask, 0, EVEN).to(tl.int32), WFMT)
-                if SCALE_W:
-                    z = _per_byte(z, BLOCK_N, NB, RUN)
-            q0, q1 = _codes(w, z, WFMT, BITS, CPB, DT, ASM, HW_FP8, HAS_ZP)
-            if STEP_SCALES:
-                raw = _dot_part(raw_step, d, NDOT, NB, BLOCK_N)
-            else:
-                raw = _load(s_rows + grp * stride_sg, gmask, 0, EVEN)
-            if SCALE_W:  # the products are final: accumulate in the dot itself
-                if SFMT == 3:  # E8M0: relative factors in the codes, the row's largest scale at the end
-                    raw = _e8m0_relative(raw.to(tl.int32), exp_bias)
-                sw = _per_byte(_block_factor(raw, SFMT, DT, HW_FP8), BLOCK_N, NB, RUN)
-                q0 = _times_scale(q0, sw, DT)
-                q1 = _times_scale(q1, sw, DT)
-                into = acc
-            else:
-                into = tl.zeros((BLOCK_N, NC), tl.float32)
-            if CPB == 1:
-                part = _dot(q0, _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 1, 0, EVEN, GROUP), into, DOT_F32)
-            else:
-                if ACT_PAIRS:
-                    even, odd = _act_pairs_t(a_ptr, col_m, col_in, M, Kb, stride_am, byte, DT, EVEN, GROUP)
-                else:
-                    even = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 0, EVEN, GROUP)
-                    odd = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 1, EVEN, GROUP)
-                part = _dot(q1, odd, _dot(q0, even, into, DOT_F32), DOT_F32)
-            if SCALE_W:
-                acc = part
-            else:  # one scale a (row, chunk)
-                acc += part * decode_scale(raw, SFMT)
+        act0 = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 0, EVEN, GROUP)
+        act1 = _act_t(a_ptr, col_m, col_in, M, K, stride_am, byte, 2, 1, EVEN, GROUP)
+    return act0, act1
+
+
+@triton.jit
+def _tile_codes(rows, s_rows, z_rows, n_mask, raw_step, exp_bias, chunk_of, c0, kb_end, stride_sg, stride_zg,
+                D: tl.constexpr, WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
+                BS: tl.constexpr, HAS_ZP: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
+                DK: tl.constexpr, NDOT: tl.constexpr, NB: tl.constexpr, RUN: tl.constexpr, DT: tl.constexpr,
+                ASM: tl.constexpr, HW_FP8: tl.constexpr, SCALE_W: tl.constexpr, STEP_SCALES: tl.constexpr,
+                EVEN: tl.constexpr):
+    """One row tile's operand of a K step's dot D: its weight bytes [c0, c0 + DK) decoded (sub-positions
+    0 and 1), times their block factors under SCALE_W; and the raw block scales the dot's partial sums
+    take otherwise."""
+    byte = c0 + tl.arange(0, DK)
+    w = _load(rows + byte[None, :], n_mask[:, None] & (byte < kb_end)[None, :], 0, EVEN)
+    # each column's chunk: its scale group, and whether it lies in this split (else weights and
+    # scale are masked)
+    chunk0 = c0 + chunk_of * CHUNK
+    grp = ((chunk0 * CPB) // BS)[None, :]
+    gmask = n_mask[:, None] & (chunk0 < kb_end)[None, :]
+    if SCALE_W:  # a dot may span blocks: one load a (row, block), broadcast over the block's bytes
+        gb = (c0 * CPB) // BS + tl.arange(0, NB)
+        grp = gb[None, :]
+        gmask = n_mask[:, None] & (gb * (BS // CPB) < kb_end)[None, :]
+    z = 0.0
+    if HAS_ZP:  # one zero point a row (GROUP == 1) or a (row, block) (SCALE_W)
+        z = decode_element(_load(z_rows + grp * stride_zg, gmask, 0, EVEN).to(tl.int32), WFMT)
+        if SCALE_W:
+            z = _per_byte(z, BLOCK_N, NB, RUN)
+    q0, q1 = _codes(w, z, WFMT, BITS, CPB, DT, ASM, HW_FP8, HAS_ZP)
+    if STEP_SCALES:
+        raw = _dot_part(raw_step, D, NDOT, NB, BLOCK_N)
+    else:
+        raw = _load(s_rows + grp * stride_sg, gmask, 0, EVEN)
+    if SCALE_W:  # the products are final: accumulate in the dot itself
+        if SFMT == 3:  # E8M0: relative factors in the codes, the row's largest scale at the end
+            raw = _e8m0_relative(raw.to(tl.int32), exp_bias)
+        sw = _per_byte(_block_factor(raw, SFMT, DT, HW_FP8), BLOCK_N, NB, RUN)
+        q0 = _times_scale(q0, sw, DT)
+        q1 = _times_scale(q1, sw, DT)
+    return q0, q1, raw
+
+
+@triton.jit
+def _tile_acc(acc, q0, q1, raw, act0, act1, SFMT: tl.constexpr, CPB: tl.constexpr, BLOCK_N: tl.constexpr,
+              NC: tl.constexpr, DOT_F32: tl.constexpr, SCALE_W: tl.constexpr):
+    """acc plus a row tile's dot of its operand (q0, q1) with the activations (act0; act1 for the
+    odd codes of two a byte): accumulated in the dot under SCALE_W, else scaled per (row, chunk)."""
+    if SCALE_W:
+        into = acc
+    else:
+        into = tl.zeros((BLOCK_N, NC), tl.float32)
+    if CPB == 1:
+        part = _dot(q0, act0, into, DOT_F32)
+    else:
+        part = _dot(q1, act1, _dot(q0, act0, into, DOT_F32), DOT_F32)
+    if SCALE_W:
+        acc = part
+    else:
+        acc += part * decode_scale(raw, SFMT)
+    return acc
+
+
+@triton.jit
+def _tile_store(acc, emax, gs_ptr, bias_ptr, out_ptr, ws_ptr, offs_n, n_mask, M, N, stride_om, pid_k,
+                SFMT: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, GROUP: tl.constexpr, USE_WS: tl.constexpr, DECODE_EXP: tl.constexpr,
+                SCALE_W: tl.constexpr):
+    """A row tile's result: chunks summed, the factors kept out of the loop applied, then stored in
+    Y (bias added) or in split pid_k's workspace slice."""
     if GROUP > 1:
         y = tl.sum(tl.reshape(acc, (BLOCK_N, GROUP, BLOCK_M)), axis=1)
     else:
@@ -351,3 +342,95 @@ def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_pt
         tl.store(out, y.to(out_ptr.dtype.element_ty), mask=mask)
     else:
         tl.store(ws_ptr + (pid_k * M + offs_m[None, :]).to(tl.int64) * N + offs_n[:, None], y, mask=mask)
+
+
+@triton.jit
+def dqmm_mma_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_ptr,
+                    M, N, K, Kb, G, stride_am, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg, stride_om,
+                    kb_per_split,
+                    WFMT: tl.constexpr, SFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
+                    BS: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, GROUP: tl.constexpr,
+                    NDOT: tl.constexpr, USE_WS: tl.constexpr, ASM: tl.constexpr, HW_FP8: tl.constexpr,
+                    ACT_PAIRS: tl.constexpr, DECODE_EXP: tl.constexpr, DOT_F32: tl.constexpr,
+                    LOOP_STAGES: tl.constexpr, SCALE_W: tl.constexpr, EVEN: tl.constexpr,
+                    ROW_TILES: tl.constexpr):
+    """Y[m, n] for m < M <= BLOCK_M: column j * BLOCK_M + m of the dot is chunk j's partial sum for
+    row m, scaled per (row, chunk) in float32 and summed over j at the end.
+
+    The program owns ROW_TILES tiles of BLOCK_N rows, one after the other, and every tile multiplies
+    each dot's activation operand, loaded once: 1 / ROW_TILES of the activation bytes a weight byte
+    that one tile a program copies in from L2 and stages through shared memory (at M = 16 those are
+    twice the 4-bit weight's at BLOCK_N 32). Each tile's state is a tuple entry (Triton unrolls the
+    static loops over them).
+
+    EVEN (N a multiple of BLOCK_N * ROW_TILES, Kb of the K step, K = Kb * CPB): the K loop's loads are
+    unmasked, and the activation columns past row M read row M - 1 instead of zeros (an output column
+    depends on its own operand column only, and those are not stored)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    DT: tl.constexpr = a_ptr.dtype.element_ty
+    NC: tl.constexpr = GROUP * BLOCK_M  # the dot's columns
+    DK: tl.constexpr = GROUP * CHUNK  # the dot's bytes of each row
+    NB: tl.constexpr = DK // (BS // CPB) if DK > BS // CPB else 1  # SCALE_W: the blocks a dot spans
+    RUN: tl.constexpr = DK // NB
+    offs_n = pid_n * (BLOCK_N * ROW_TILES) + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, NC)
+    col_m = cols % BLOCK_M
+    if EVEN:
+        col_m = tl.minimum(col_m, M - 1)
+    col_j = cols // BLOCK_M
+    col_in = (tl.arange(0, DK) // CHUNK)[:, None] == col_j[None, :]
+    if GROUP == 1:  # one chunk a dot: a scale (and zero point) a row, broadcast over the columns
+        chunk_of = tl.zeros((1,), tl.int32)
+    else:
+        chunk_of = col_j
+    kb_start = pid_k * kb_per_split
+    kb_end = tl.minimum(kb_start + kb_per_split, Kb)
+    # a step's E8M0 scales are NB * NDOT / 2 bytes a thread (16 rows a warp); cp.async needs 4
+    STEP_SCALES: tl.constexpr = SCALE_W and SFMT == 3 and (NDOT == 2 or NDOT == 4) and NB * NDOT >= 8
+    E8M0_W: tl.constexpr = SCALE_W and SFMT == 3
+    tiles = ()  # each row tile's (mask, weight rows, scale rows, zero-point rows)
+    accs = ()
+    emaxes = ()
+    biases = ()  # 127 + DECODE_EXP - emax, once (_e8m0_relative)
+    for t in tl.static_range(ROW_TILES):
+        offs = offs_n + t * BLOCK_N
+        n_mask = offs < N
+        s_rows = s_ptr + offs[:, None].to(tl.int64) * stride_sn
+        tiles = tiles + ((n_mask, w_ptr + offs[:, None].to(tl.int64) * stride_wn, s_rows,
+                          z_ptr + offs[:, None].to(tl.int64) * stride_zn),)
+        accs = accs + (tl.zeros((BLOCK_N, NC), tl.float32),)
+        emax = 0
+        if E8M0_W:
+            emax = _e8m0_row_max(s_rows, stride_sg, n_mask, kb_start, kb_end, BS // CPB, BLOCK_N)
+        emaxes = emaxes + (emax,)
+        biases = biases + (127 + DECODE_EXP - emax,)
+    for kb0 in tl.range(kb_start, kb_end, DK * NDOT, num_stages=LOOP_STAGES):
+        raw_steps = ()
+        for t in tl.static_range(ROW_TILES):
+            raw_step = 0
+            if STEP_SCALES:  # every dot's E8M0 scales in one load: 4 bytes a thread or more, which cp.async streams
+                n_mask, _, s_rows, _ = tiles[t]
+                g_step = (kb0 * CPB) // BS + tl.arange(0, NDOT * NB)
+                raw_step = _load(s_rows + g_step[None, :] * stride_sg,
+                                 n_mask[:, None] & (g_step * (BS // CPB) < kb_end)[None, :], 0, EVEN)
+            raw_steps = raw_steps + (raw_step,)
+        for d in tl.static_range(NDOT):
+            c0 = kb0 + d * DK
+            new_accs = ()
+            for t in tl.static_range(ROW_TILES):
+                n_mask, rows, s_rows, z_rows = tiles[t]
+                q0, q1, raw = _tile_codes(rows, s_rows, z_rows, n_mask, raw_steps[t], biases[t], chunk_of, c0,
+                                          kb_end, stride_sg, stride_zg, d, WFMT, SFMT, BITS, CPB, BS, HAS_ZP,
+                                          BLOCK_N, CHUNK, DK, NDOT, NB, RUN, DT, ASM, HW_FP8, SCALE_W, STEP_SCALES,
+                                          EVEN)
+                if t == 0:  # the activation operand, once for every tile (after the first one's codes)
+                    act0, act1 = _act_operand(a_ptr, col_m, col_in, M, K, Kb, stride_am, c0 + tl.arange(0, DK), CPB,
+                                              DT, ACT_PAIRS, EVEN, GROUP)
+                new_accs = new_accs + (_tile_acc(accs[t], q0, q1, raw, act0, act1, SFMT, CPB, BLOCK_N, NC, DOT_F32,
+                                                 SCALE_W),)
+            accs = new_accs
+    for t in tl.static_range(ROW_TILES):
+        _tile_store(accs[t], emaxes[t], gs_ptr, bias_ptr, out_ptr, ws_ptr, offs_n + t * BLOCK_N, tiles[t][0], M, N,
+                    stride_om, pid_k, SFMT, HAS_GS, HAS_BIAS, BLOCK_M, BLOCK_N, GROUP, USE_WS, DECODE_EXP, SCALE_W)

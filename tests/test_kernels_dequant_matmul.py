@@ -162,7 +162,8 @@ def test_swap_ab_tensor_core_kernel(case_args):
     8-byte blocks need 2 chunks a dot, so they run at M <= 4 only. Integer codes with fp16 scales and
     A in blocks under 64 bytes take SCALE_W too (64-byte dots over 16- and 32-byte blocks, products
     rounded to fp16), a zero point included, and so do MXFP4 and MXFP8 e4m3 (E8M0 factors relative to
-    the row's largest scale; e4m3 in 128-byte dots here)."""
+    the row's largest scale; e4m3 in 128-byte dots here). Two and four row tiles a program (ROW_TILES,
+    sharing each activation operand): ragged N, N a whole number of single tiles only, and whole groups."""
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
@@ -171,9 +172,12 @@ def test_swap_ab_tensor_core_kernel(case_args):
     wf, sf, bs, zp, two = case_args
     rng = np.random.default_rng(abs(hash(case_args)) % 2**32)
     e, sc = inputs.formats(wf, sf)
-    for K, N, M, dtype, split in ((166, 37, 1, torch.float16, 1), (166, 37, 3, torch.bfloat16, 2),
-                                  (165, 37, 16, torch.float16, 2), (165, 37, 16, torch.bfloat16, 1),
-                                  (512, 48, 3, torch.float16, 2), (512, 48, 16, torch.bfloat16, 1)):
+    for K, N, M, dtype, split, tiles in ((166, 37, 1, torch.float16, 1, 1), (166, 37, 3, torch.bfloat16, 2, 1),
+                                         (165, 37, 16, torch.float16, 2, 1), (165, 37, 16, torch.bfloat16, 1, 1),
+                                         (512, 48, 3, torch.float16, 2, 1), (512, 48, 16, torch.bfloat16, 1, 1),
+                                         (165, 37, 16, torch.float16, 2, 2), (512, 48, 16, torch.float16, 1, 2),
+                                         (512, 64, 16, torch.bfloat16, 2, 2), (165, 37, 4, torch.float16, 1, 4),
+                                         (512, 64, 16, torch.float16, 2, 4)):
         Kb = (K * e.bits + 7) // 8
         cfgs = D.mma_candidates(M, N, Kb, e, bs, dtype, torch.device("cpu"), zero_point=zp, scale_code=sc)
         if bs * e.bits // 8 < 16 and M > 4 and sf != "float8e4m3fn":
@@ -184,9 +188,10 @@ def test_swap_ab_tensor_core_kernel(case_args):
         assert cfg["SCALE_W"] == (sf == "float8e4m3fn" or fp16_scaled_ints or (wf, sf) in MX_SCALE_W)
         case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp,
                                global_scale=two)
-        cfg = dict(cfg, SPLIT_K=split)
+        cfg = dict(cfg, SPLIT_K=split, ROW_TILES=tiles)
         # the unmasked loop (A's rows past M clamped) on whole tiles of whole-byte K, else the masked one
-        assert D.mma_tiles_evenly(N, K, Kb, e, cfg) == (K == 512 and e.bits in (4, 8)), (K, N, cfg)
+        whole = K == 512 and e.bits in (4, 8) and N % (cfg["BLOCK_N"] * tiles) == 0
+        assert D.mma_tiles_evenly(N, K, Kb, e, cfg) == whole, (K, N, cfg)
         a = rng.standard_normal((M, K)).astype(np.float32)
         bias = rng.standard_normal(N).astype(np.float32)
         y = _run(case, a, bias, N=N, config=cfg, dtype=dtype)

@@ -99,6 +99,37 @@ def _check_forced_configs(case_args, candidates, runs, *, seed):
             _check_one(case, wd, M, dtype, config=cfg, column_major=dtype == torch.float16)
 
 
+def test_compile_only_launches_run_nothing():
+    """The autotuner's ahead-of-time compile (_launch with compile_only, under Triton's
+    AsyncCompileMode as autotune.choose runs it) builds every candidate without launching it: the
+    output keeps its NaNs, and a real launch afterwards is right."""
+    import importlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    import triton
+
+    from onnxfuse.kernels import inputs
+
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
+    case_args = ("float4e2m1", "float8e8m0", 32, False, False)
+    case, wd = _realistic_case(case_args, seed=5)
+    e, sc = inputs.formats("float4e2m1", "float8e8m0")
+    K, N = case.K, case.w.shape[0]
+    w, s = (torch.from_numpy(np.ascontiguousarray(x)).cuda() for x in (case.w, case.scale))
+    for M in (1, 16, 300):
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        out = torch.full((M, N), float("nan"), dtype=torch.float16, device="cuda")
+        cands = D.tuning_candidates(M, N, w.shape[1], e, 32, a.dtype, a.device, scale_code=sc)
+
+        with ThreadPoolExecutor(8) as pool, triton.AsyncCompileMode(pool):
+            for cfg in cands:
+                D._launch(a, w, s, None, None, None, out, K=K, N=N, block_size=32, element=e, scale_code=sc,
+                          cfg=cfg, gemv=M <= D.GEMV_MAX_M and not D._not_gemv(cfg), compile_only=True)
+        torch.cuda.synchronize()
+        assert torch.isnan(out).all(), M
+        _check_one(case, wd, M, torch.float16, config=cands[-1])
+
+
 def _realistic_case(case_args, *, seed):
     """A K=4096, N=1536 row-layout case and its decoded weight (float64, on the GPU)."""
     wf, sf, bs, zp, two = case_args

@@ -88,6 +88,34 @@ def test_choose_refines_the_fastest_configs(tmp_path, monkeypatch, caplog):
     assert "autotune key: 7 configs in" in caplog.text
 
 
+def test_choose_compiles_every_candidate_before_timing(tmp_path, monkeypatch):
+    """compile_one runs over the whole first-round list, inside Triton's AsyncCompileMode, before any
+    config is timed; a config that fails to compile is left to the timing round, which drops it."""
+    from triton.runtime import _async_compile
+
+    monkeypatch.setattr(autotune, "tuning_enabled", lambda: True)
+    compiled, events = [], []
+
+    def compile_one(cfg):
+        compiled.append((cfg["x"], _async_compile.active_mode.get() is not None))
+        if cfg["x"] == 3:
+            raise RuntimeError("out of shared memory")
+
+    def time_one(cfg):
+        events.append(len(compiled))
+        if cfg["x"] == 3:
+            raise RuntimeError("out of shared memory")
+        return float(cfg["x"])
+
+    cands = [{"x": x} for x in (4, 2, 3, 1)]
+    got = autotune.choose(autotune.TuningCache("gpu", "v", tmp_path), "key", lambda: cands, time_one,
+                          compile_one=compile_one)
+    assert got == {"x": 1}
+    assert compiled == [(4, True), (2, True), (3, True), (1, True)]
+    assert events == [4, 4, 4, 4]  # every compile was submitted before the first timing
+    assert _async_compile.active_mode.get() is None
+
+
 def test_split_variants_cover_the_small_m_kernels_only():
     import importlib
 
