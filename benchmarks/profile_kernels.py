@@ -6,6 +6,10 @@
         --metrics lts__t_bytes.sum.per_second,dram__bytes_read.sum.per_second \\
         python3 benchmarks/profile_kernels.py nvfp4:16 mxfp4:16 int4-b32:1 [--shape 8192x28672]
 
+Run it once without ncu first, with the same ONNXFUSE_CACHE_DIR, so the autotuner's choices are
+made outside the profiler: three cases tuned under ncu replayed 1.03-1.34x slower than the same
+cases tuned without it (H100, benchmarks/RESULTS.md, stop 35).
+
 A case is FORMAT:M (FORMAT as in benchmarks/kernels.py). Each is tuned first, then its one launch
 runs between cudaProfilerStart and Stop (ncu's --profile-from-start off), so ncu sees only the chosen
 config's launches (a split-K call shows its partial-sum kernel too), named by the NVTX range. The

@@ -9,9 +9,12 @@ the split-K variants of the fastest few (the autotuner's own two rounds), is als
 kernels_gemv.py times the chosen config: CUDA-graph replay over rotating weight copies. Then the
 package's autotuner picks --repeats times, each from an empty cache. Each row: the fastest config
 by replay (and its share of the HBM read rate measured first, for weight and scale bytes), each
-pick's replay time and its multiple of that (1.00: the best pick there is), the rank
+pick's replay time and its multiple of that (1.00: the best pick there is; below it, a split
+variant of a config this script's own top few did not include), the rank
 correlation between the autotuner's timings and the replay times over the first round, and the
-median of (autotuner's time - replay time), the cost its measurement adds.
+median of (autotuner's time - replay time), the cost its measurement adds. After the table, each
+case's three fastest first-round configs by the autotuner's timing, with both times: where a pick
+replays slower than the fastest, these show which config the autotuner's timing favours.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def main(argv=None) -> int:
     print("| K x N | M | format | configs | fastest us (% of HBM) | fastest config | picks us (x fastest) | "
           "picked configs | rank corr. | tuner - replay us |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    details = []
     for shape in args.shapes.split(","):
         K, N = (int(v) for v in shape.split("x"))
         for fname in args.formats.split(","):
@@ -80,11 +84,14 @@ def main(argv=None) -> int:
             wbytes = w.numel() + s.numel() * s.element_size()
             ws = list(zip(*l2_copies(w, s)))
             for M in (int(v) for v in args.m.split(",")):
-                row = _case(torch, D, autotune, ws, gs, M=M, K=K, N=N, bs=bs, e=e, sc=sc, repeats=args.repeats,
-                            cache_root=os.path.join(tmp, f"{fname}-{shape}-M{M}"), hbm_us=1e6 * wbytes / hbm)
+                row, favoured = _case(torch, D, autotune, ws, gs, M=M, K=K, N=N, bs=bs, e=e, sc=sc,
+                                      repeats=args.repeats, cache_root=os.path.join(tmp, f"{fname}-{shape}-M{M}"), hbm_us=1e6 * wbytes / hbm)
                 print(f"| {K}x{N} | {M} | {fname} | {row}", flush=True)
+                details.append(f"- {K}x{N}, M = {M}, {fname}: {favoured}")
             del ws, w, s
             torch.cuda.empty_cache()
+    print("\nThe autotuner's three fastest first-round configs, its us / replay us:\n")
+    print("\n".join(details))
     return 0
 
 
@@ -117,8 +124,10 @@ def _case(torch, D, autotune, ws, gs, *, M, K, N, bs, e, sc, repeats, cache_root
     top = sorted(first, key=lambda ct: ct[1])[:autotune.REFINE_TOP]
     timed = first + [(v, replay_us(v)) for c, _ in top for v in D.split_variants(c, M)]
     best, best_t = min(timed, key=lambda ct: ct[1])
-    tuner = [(_try(lambda c=c: 1e3 * D._time_config(launcher(c, w, s, outs[0]))), t) for c, t in first]
-    ok = [(x, y) for x, y in tuner if x is not None and math.isfinite(y)]
+    tuner = [(c, _try(lambda c=c: 1e3 * D._time_config(launcher(c, w, s, outs[0]))), t) for c, t in first]
+    ok = [(x, y) for _, x, y in tuner if x is not None and math.isfinite(y)]
+    fastest = sorted((ct for ct in tuner if ct[1] is not None), key=lambda ct: ct[1])[:3]
+    favoured = "; ".join(f"{short(c)}: {x:.1f} / {y:.1f}" for c, x, y in fastest)
     picks = []
     for r in range(repeats):
         os.environ["ONNXFUSE_CACHE_DIR"] = f"{cache_root}-{r}"
@@ -128,7 +137,7 @@ def _case(torch, D, autotune, ws, gs, *, M, K, N, bs, e, sc, repeats, cache_root
     corr = rank_correlation([x for x, _ in ok], [y for _, y in ok])
     offset = statistics.median(x - y for x, y in ok) if ok else float("nan")
     return (f"{len(timed)} | {best_t:.1f} ({100 * hbm_us / best_t:.0f}%) | {short(best)} | {ratios} | {picked} | "
-            f"{corr:.2f} | {offset:.1f} |")
+            f"{corr:.2f} | {offset:.1f} |"), favoured
 
 
 def _try(fn):
