@@ -14,8 +14,8 @@ A case is FORMAT:M (FORMAT as in benchmarks/kernels.py). Each is tuned first, th
 runs between cudaProfilerStart and Stop (ncu's --profile-from-start off), so ncu sees only the chosen
 config's launches (a split-K call shows its partial-sum kernel too), named by the NVTX range. The
 L2 figure tells whether a small-M kernel is bound by the activation tile each program re-reads
-from L2 (weight bytes x 64 / BLOCK_N for 4-bit codes at M = 16) rather than by HBM; SchedulerStats'
-issue-slot use whether it is bound by instruction issue.
+from L2 (weight bytes x 64 / (BLOCK_N x ROW_TILES) for 4-bit codes at M = 16) rather than by HBM;
+SchedulerStats' issue-slot use whether it is bound by instruction issue.
 """
 
 from __future__ import annotations
