@@ -152,8 +152,9 @@ def _time_all(configs: Sequence[dict], time_one: Callable[[dict], float]) -> lis
 def _compile_all(configs: Sequence[dict], compile_one: Callable[[dict], None]) -> None:
     """compile_one over configs inside triton.AsyncCompileMode, whose thread pool builds the kernels
     its warmups submit, all at once; a failure is left for the timing round to skip."""
-    import triton
+    from onnxfuse.kernels import triton_env
 
+    _, triton, _ = triton_env.load()
     try:
         with ThreadPoolExecutor(max(1, min(COMPILE_THREADS, os.cpu_count() or 1, len(configs)))) as pool, \
                 triton.AsyncCompileMode(pool, ignore_errors=True):
@@ -181,9 +182,9 @@ def cache_for_device(device) -> TuningCache:
     key = (device.type, device.index, os.environ.get("ONNXFUSE_CACHE_DIR"))
     cache = _caches.get(key)
     if cache is None:
-        import torch
-        import triton
+        from onnxfuse.kernels import triton_env
 
+        torch, triton, _ = triton_env.load()
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "interpreter"
         cache = _caches[key] = TuningCache(name, triton.__version__, cache_dir())
     return cache

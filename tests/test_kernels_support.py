@@ -91,6 +91,9 @@ def test_choose_refines_the_fastest_configs(tmp_path, monkeypatch, caplog):
 def test_choose_compiles_every_candidate_before_timing(tmp_path, monkeypatch):
     """compile_one runs over the whole first-round list, inside Triton's AsyncCompileMode, before any
     config is timed; a config that fails to compile is left to the timing round, which drops it."""
+    from onnxfuse.kernels import triton_env
+
+    triton_env.load()  # (sets the interpreter up first on a machine without CUDA)
     from triton.runtime import _async_compile
 
     monkeypatch.setattr(autotune, "tuning_enabled", lambda: True)
