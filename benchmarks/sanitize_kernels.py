@@ -1,10 +1,14 @@
-"""Small launches of every kernel, for `compute-sanitizer --tool memcheck python benchmarks/sanitize_kernels.py`.
+"""Small launches of every kernel, for `compute-sanitizer --tool memcheck python benchmarks/sanitize_kernels.py [I ...]`.
+
+I ...: only the weight formats of those indices into FORMATS (all by default), so that several
+processes can share the work: one process of all took over 330 s under memcheck on an H100.
 
 Without autotuning (timing every candidate under memcheck took over 400 s): the default configs, plus
 one swap-AB config of each dot shape (CHUNK, GROUP, SCALE_W) and row tiles a program, forced."""
 
 import itertools
 import os
+import sys
 
 os.environ["ONNXFUSE_AUTOTUNE"] = "0"
 
@@ -23,7 +27,9 @@ FORMATS = (("int4", "float16", 32, True, False), ("float4e2m1", "float8e4m3fn", 
            ("float4e2m1", "float8e8m0", 32, False, False), ("float8e4m3fn", "float8e8m0", 32, False, False),
            ("int2", "bfloat16", 64, True, False), ("int4", "float32", 3, False, False))
 SHAPES = ((333, 77), (512, 64))  # (K, N): ragged, and whole tiles (the swap-AB kernel's unmasked loop)
-for (wf, sf, bs, zp, two), (K, N) in itertools.product(FORMATS, SHAPES):
+chosen = [FORMATS[int(i)] for i in sys.argv[1:]] or FORMATS
+for (wf, sf, bs, zp, two), (K, N) in itertools.product(chosen, SHAPES):
+    print(f"{wf} {sf} block {bs}, K x N = {K} x {N}", flush=True)
     c = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=bs, zero_point=zp, global_scale=two)
     e, sc = inputs.formats(wf, sf)
     for M in (1, 2, 4, 9, 70):
