@@ -211,17 +211,15 @@ def precompile(torch, fmts, ms, threads: int) -> float:
         s = prepare_constant(s, SCALE_USE)
         for M in ms:
             a = torch.randn(M, K, dtype=torch.float16, device="cuda")
-            gemv = M <= D.GEMV_MAX_M
             for cfg in D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device, scale_code=sc):
                 out = torch.empty(M, N, dtype=torch.float16, device="cuda")
-                tasks.append((a, w, s, gs, out, cfg, gemv and not D._not_gemv(cfg), bs, e, sc))
+                tasks.append((a, w, s, gs, out, cfg, bs, e, sc))
     t0 = time.perf_counter()
 
     def one(t):
-        a, w, s, gs, out, cfg, gemv, bs, e, sc = t
+        a, w, s, gs, out, cfg, bs, e, sc = t
         try:
-            D._launch(a, w, s, None, gs, None, out, K=K, N=N, block_size=bs, element=e, scale_code=sc, cfg=cfg,
-                      gemv=gemv)
+            D._launch(a, w, s, None, gs, None, out, K=K, N=N, block_size=bs, element=e, scale_code=sc, cfg=cfg)
         except Exception as ex:  # noqa: BLE001 - the autotuner skips configs that fail
             print(f"# precompile: {e.name} {cfg} failed: {str(ex).splitlines()[0][:160]}", flush=True)
 

@@ -25,10 +25,9 @@ from kernels import (  # noqa: E402  (benchmarks/kernels.py)
     FORMATS, SCALE_USE, graph_time_us, l2_copies, measure_hbm_read, random_case)
 
 
-def best_us(D, cfgs, a, w, s, gs, out, *, gemv, **kw) -> float:
-    """The fastest of cfgs by the autotuner's own timing (do_bench median, us); nan if none applies."""
-    times = [1e3 * D._time_config(lambda: D._launch(a, w, s, None, gs, None, out, cfg=cfg,
-                                                    gemv=gemv and not D._not_gemv(cfg), **kw)) for cfg in cfgs]
+def best_us(D, cfgs, a, w, s, gs, out, **kw) -> float:
+    """The fastest of cfgs by the autotuner's own timing (its clean-flush graph, us); nan if none applies."""
+    times = [1e3 * D._time_config(lambda: D._launch(a, w, s, None, gs, None, out, cfg=cfg, **kw)) for cfg in cfgs]
     return min(times, default=float("nan"))
 
 
@@ -60,16 +59,14 @@ def main(argv=None) -> int:
         bs = FORMATS[fname][2]
         for M in ms:
             a = torch.randn(M, K, dtype=torch.float16, device="cuda")
-            gemv = M <= D.GEMV_MAX_M
             for cfg in D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device, scale_code=sc):
                 out = torch.empty(M, N, dtype=torch.float16, device="cuda")
-                tasks.append((a, w, s, gs, out, cfg, gemv and not D._not_gemv(cfg), K, N, bs, e, sc))
+                tasks.append((a, w, s, gs, out, cfg, K, N, bs, e, sc))
 
     def compile_one(t):
-        a, w, s, gs, out, cfg, gemv, K, N, bs, e, sc = t
+        a, w, s, gs, out, cfg, K, N, bs, e, sc = t
         try:
-            D._launch(a, w, s, None, gs, None, out, K=K, N=N, block_size=bs, element=e, scale_code=sc, cfg=cfg,
-                      gemv=gemv)
+            D._launch(a, w, s, None, gs, None, out, K=K, N=N, block_size=bs, element=e, scale_code=sc, cfg=cfg)
         except Exception as ex:  # noqa: BLE001 - the autotuner skips configs that fail
             print(f"# compile failed: {e.name} {cfg}: {str(ex).splitlines()[0][:200]}", flush=True)
 
@@ -99,14 +96,13 @@ def main(argv=None) -> int:
             y = D.dequant_matmul(a, w, s, None, gs, None, out=outs[0], **kw)
             want = a.float() @ wdec.t()
             rel = ((y.float() - want).norm() / want.norm()).item()
-            cfg = D._pick_config(a, w, s, None, gs, None, outs[0], gemv=M <= D.GEMV_MAX_M, K=K, N=N, block_size=bs,
-                                 element=e, scale_code=sc)
+            cfg = D._pick_config(a, w, s, None, gs, None, outs[0], K=K, N=N, block_size=bs, element=e, scale_code=sc)
             ta = graph_time_us(torch, [(lambda i=i: D.dequant_matmul(a, ws[i], ss[i], None, gs, None, out=outs[i],
                                                                      **kw)) for i in range(copies)])
             tc = graph_time_us(torch, [(lambda w_=w_: torch.matmul(a, w_.t())) for w_ in w16s])
             tbs = wbytes / ta / 1e6
             cands = D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device, scale_code=sc)
-            lk = dict(K=K, N=N, block_size=bs, element=e, scale_code=sc, gemv=M <= D.GEMV_MAX_M)
+            lk = dict(K=K, N=N, block_size=bs, element=e, scale_code=sc)
             t_old = best_us(D, [c for c in cands if not c.get("MMA")], a, w, s, gs, outs[0], **lk)
             mma = [c for c in cands if c.get("MMA")]
             by_tiles = {}

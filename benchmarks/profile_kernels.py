@@ -50,8 +50,7 @@ def main(argv=None) -> int:
         out = torch.empty(int(m), N, dtype=torch.float16, device="cuda")
         kw = dict(K=K, N=N, block_size=bs, weight_format=wf, scale_format=sf)
         D.dequant_matmul(a, w, s, None, gs, None, out=out, **kw)  # tunes (or reads the cache)
-        cfg = D._pick_config(a, w, s, None, gs, None, out, gemv=int(m) <= D.GEMV_MAX_M, K=K, N=N, block_size=bs,
-                             element=e, scale_code=sc)
+        cfg = D._pick_config(a, w, s, None, gs, None, out, K=K, N=N, block_size=bs, element=e, scale_code=sc)
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
         with torch.cuda.nvtx.range(f"prof_{fname}_M{m}"):

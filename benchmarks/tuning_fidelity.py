@@ -100,10 +100,9 @@ def _case(torch, D, autotune, ws, gs, *, M, K, N, bs, e, sc, repeats, cache_root
     outs = [torch.empty(M, N, dtype=torch.float16, device="cuda") for _ in ws]
     w, s = ws[0]
     kw = dict(K=K, N=N, block_size=bs, element=e, scale_code=sc)
-    small = M <= D.GEMV_MAX_M
 
     def launcher(cfg, w_, s_, out):
-        return lambda: D._launch(a, w_, s_, None, gs, None, out, cfg=cfg, gemv=small and not D._not_gemv(cfg), **kw)
+        return lambda: D._launch(a, w_, s_, None, gs, None, out, cfg=cfg, **kw)
 
     cands = D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device, scale_code=sc)
     with ThreadPoolExecutor(16) as pool:  # Triton compiles in threads; the timings below then find them built
@@ -131,7 +130,7 @@ def _case(torch, D, autotune, ws, gs, *, M, K, N, bs, e, sc, repeats, cache_root
     picks = []
     for r in range(repeats):
         os.environ["ONNXFUSE_CACHE_DIR"] = f"{cache_root}-{r}"
-        picks.append(D._pick_config(a, w, s, None, gs, None, outs[0], gemv=small, **kw))
+        picks.append(D._pick_config(a, w, s, None, gs, None, outs[0], **kw))
     ratios = ", ".join(f"{replay_us(c):.1f} ({replay_us(c) / best_t:.2f})" for c in picks)
     picked = "; ".join(short(c) for c in picks)
     corr = rank_correlation([x for x, _ in ok], [y for _, y in ok])

@@ -220,9 +220,9 @@ def _run(kernel, grid, compile_only: bool, *args, **constants):
         kernel[grid](*args, **constants)
 
 
-def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_code, cfg, gemv: bool,
-            compile_only: bool = False):
+def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_code, cfg, compile_only: bool = False):
     M = a2.shape[0]
+    gemv = M <= GEMV_MAX_M and not _not_gemv(cfg)  # the GEMV kernel runs cfg (else the GEMM, MMA or materialise)
     Kb = w.shape[1]
     G = s.shape[1]
     if cfg.get("MATERIALISE"):
@@ -418,10 +418,9 @@ def dequant_matmul(a, w, scale, zero_point=None, global_scale=None, bias=None, *
     if format_codes.fast_path_reason(element, block_size) is not None:
         _materialise(a2, w, s, z, gs, bias, out2, K=K, block_size=block_size, element=element, scale_code=scale_code)
         return out
-    gemv = M <= GEMV_MAX_M
     if config is None:
-        config = _pick_config(a2, w, s, z, gs, bias, out2, gemv=gemv, **kw)
-    _launch(a2, w, s, z, gs, bias, out2, cfg=config, gemv=gemv and not _not_gemv(config), **kw)
+        config = _pick_config(a2, w, s, z, gs, bias, out2, **kw)
+    _launch(a2, w, s, z, gs, bias, out2, cfg=config, **kw)
     return out
 
 
@@ -430,7 +429,7 @@ def _layout(t) -> str:
     return "col" if t.stride(0) == 1 and t.shape[1] > 1 else "row"
 
 
-def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element, scale_code):
+def _pick_config(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_code):
     M, Kb = a2.shape[0], w.shape[1]
 
     def candidates():
@@ -439,7 +438,7 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
 
     if not autotune.tuning_enabled():
         return candidates()[0]
-    kernel = "gemv" if gemv else "gemm"
+    kernel = "gemv" if M <= GEMV_MAX_M else "gemm"
     key = (f"dqmm-{kernel}|v14|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
            f"s{_layout(s)}{'' if z is None else '|z' + _layout(z)}|"
            f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
@@ -450,11 +449,11 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, gemv, K, N, block_size, element
         scratch = torch.empty_like(out2)
 
         def run():
-            _launch(a2, w, s, z, gs, bias, scratch, cfg=cfg, gemv=gemv and not _not_gemv(cfg), **kw)
+            _launch(a2, w, s, z, gs, bias, scratch, cfg=cfg, **kw)
         return _time_config(run)
 
     def compile_one(cfg):
-        _launch(a2, w, s, z, gs, bias, out2, cfg=cfg, gemv=gemv and not _not_gemv(cfg), compile_only=True, **kw)
+        _launch(a2, w, s, z, gs, bias, out2, cfg=cfg, compile_only=True, **kw)
 
     return autotune.choose(autotune.cache_for_device(a2.device), key, candidates, time_one,
                            refine=lambda cfg: split_variants(cfg, M), compile_one=compile_one)

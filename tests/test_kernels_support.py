@@ -197,7 +197,7 @@ def test_a_cached_config_costs_no_candidate_list(tmp_path, monkeypatch):
     e, sc = inputs.formats("int4", "float16")
     a, w = torch.zeros(1, 64, dtype=torch.float16), torch.zeros(32, 32, dtype=torch.uint8)
     s, out = torch.ones(32, 2, dtype=torch.float16), torch.empty(1, 32, dtype=torch.float16)
-    kw = dict(gemv=True, K=64, N=32, block_size=32, element=e, scale_code=sc)
+    kw = dict(K=64, N=32, block_size=32, element=e, scale_code=sc)
     first = D._pick_config(a, w, s, None, None, None, out, **kw)
     assert built == [1]
     assert D._pick_config(a, w, s, None, None, None, out, **kw) == first
@@ -221,7 +221,7 @@ def test_tuning_keys_tell_scale_and_zero_point_layouts_apart(tmp_path, monkeypat
     out = torch.empty(1, 32, dtype=torch.float16)
     s, z = torch.ones(32, 2, dtype=torch.float16), torch.zeros(32, 2, dtype=torch.uint8)
     col = lambda t: t.t().contiguous().t()  # noqa: E731
-    kw = dict(gemv=True, K=64, N=32, block_size=32, element=e, scale_code=sc)
+    kw = dict(K=64, N=32, block_size=32, element=e, scale_code=sc)
     for si, zi in ((s, z), (col(s), z), (col(s), col(z)), (s, None)):
         D._pick_config(a, w, si, zi, None, None, out, **kw)
     assert len(set(keys)) == 4
