@@ -156,10 +156,11 @@ def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point
     SCALE_W dots too (E8M0 factors relative to the row's largest scale): 1.3-1.4x at M = 4-8; MXFP8
     (e4m3) 64- and 128-byte ones: 1.15x at M = 4, 1.26-1.36x at M = 16 (H100). From M = 8 the
     programs have 1-2 warps: 4 and 8 (BLOCK_N 64 and 128; 4 warps compile to wgmma) were timed at
-    M = 16 and never picked (H100, benchmarks/RESULTS.md, stop 31); with two or four row tiles they
-    ran at 0.64-1.01x the tuner's best at M = 4 and 16 (H100, stop 38). The pipelined shapes are also
-    timed with two row tiles a program (ROW_TILES, sharing each activation operand): up to 1.08x at
-    M = 16; four were never picked (H100, benchmarks/RESULTS.md, stops 34-35)."""
+    M = 16 and never picked (H100, benchmarks/RESULTS.md, stop 31); with 1, 2 or 4 row tiles the best
+    of them ran at 0.83-1.01x the tuner's best at M = 4 and 16 (H100, stop 38). The pipelined
+    shapes are also timed with two row tiles a program (ROW_TILES, sharing each activation
+    operand): up to 1.08x at M = 16; four were never picked (H100, benchmarks/RESULTS.md, stops
+    34-35)."""
     bsb = block_size // element.codes_per_byte
     if M > MMA_MAX_M or a_dtype not in (torch.float16, torch.bfloat16) or element.codes_per_byte > 2:
         return []
