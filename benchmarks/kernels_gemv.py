@@ -8,7 +8,10 @@ against the decoded weight (float32 matmul) and timed by CUDA-graph replay over 
 copies to defeat the L2. TB/s = (weight + scale bytes) / time; cuBLAS's is its fp16 weight bytes. % of HBM
 is against the HBM read rate measured on this GPU first (benchmarks/kernels.py's ceiling). The
 fastest swap-AB config is given for each number of row tiles a program its candidates have
-(ROW_TILES; 1 where they have none), by the autotuner's own timing.
+(ROW_TILES; 1 where they have none), by the autotuner's own timing. `--wide` adds the fastest of the
+same pipelined swap-AB configs on 4 and 8 warps (64 and 128 rows a tile, compiled to mma.sync), at
+their split and twice it: not candidates (0.88-0.98x at M = 16 on an H100, benchmarks/RESULTS.md,
+stop 39), but fewer activation bytes through the L2 a weight byte.
 """
 
 from __future__ import annotations
@@ -31,11 +34,25 @@ def best_us(D, cfgs, a, w, s, gs, out, **kw) -> float:
     return min(times, default=float("nan"))
 
 
+def wide_configs(cands) -> list[dict]:
+    """The pipelined 1- and 2-warp swap-AB candidates on 4 and 8 warps (16 rows a warp), at their
+    split and twice it (the programs hold 2-8x the rows)."""
+    out = {}
+    for c in cands:
+        if c.get("MMA") and c["num_warps"] <= 2 and c.get("LOOP_STAGES", 1) > 1:
+            for warps in (4, 8):
+                for split in (c["SPLIT_K"], 2 * c["SPLIT_K"]):
+                    wide = dict(c, num_warps=warps, BLOCK_N=16 * warps, SPLIT_K=split)
+                    out[tuple(sorted(wide.items()))] = wide
+    return list(out.values())
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--m", default="1,4,16")
     p.add_argument("--formats", default="int4-b32,int8-b128,mxfp4,nvfp4")
     p.add_argument("--shapes", default="8192x28672,28672x8192")
+    p.add_argument("--wide", action="store_true", help="also time 4- and 8-warp swap-AB programs")
     args = p.parse_args(argv)
     import torch
 
@@ -59,7 +76,8 @@ def main(argv=None) -> int:
         bs = FORMATS[fname][2]
         for M in ms:
             a = torch.randn(M, K, dtype=torch.float16, device="cuda")
-            for cfg in D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device, scale_code=sc):
+            cands = D.tuning_candidates(M, N, w.shape[1], e, bs, a.dtype, a.device, scale_code=sc)
+            for cfg in cands + (wide_configs(cands) if args.wide else []):
                 out = torch.empty(M, N, dtype=torch.float16, device="cuda")
                 tasks.append((a, w, s, gs, out, cfg, K, N, bs, e, sc))
 
@@ -78,8 +96,9 @@ def main(argv=None) -> int:
     hbm = measure_hbm_read(torch)[0] / 1e12
     print(f"# GPU {torch.cuda.get_device_name()}; measured HBM read {hbm:.2f} TB/s", flush=True)
     print("| K x N | M | format | onnxfuse us | TB/s | % of HBM | cuBLAS fp16 us | cuBLAS TB/s | rel err | "
-          "best GEMV/GEMM us | best MMA us by row tiles | config |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "best GEMV/GEMM us | best MMA us by row tiles |" + (" best 4/8-warp MMA us (config) |" if args.wide else "")
+          + " config |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if args.wide else "") + "---|")
     for (K, N, fname), (e, sc, w, s, gs) in cases.items():
         bs = FORMATS[fname][2]
         wbytes = w.numel() + s.numel() * s.element_size()
@@ -110,8 +129,13 @@ def main(argv=None) -> int:
                 by_tiles.setdefault(c.get("ROW_TILES", 1), []).append(c)
             t_mma = ", ".join(f"{rt}: {best_us(D, cs, a, w, s, gs, outs[0], **lk):.1f}"
                               for rt, cs in sorted(by_tiles.items())) or "-"
+            t_wide = ""
+            if args.wide:
+                times = [(best_us(D, [c], a, w, s, gs, outs[0], **lk), c) for c in wide_configs(cands)]
+                t, c = min(times, key=lambda tc_: tc_[0], default=(float("nan"), None))
+                t_wide = f" {t:.1f} ({c and {k: c[k] for k in ('num_warps', 'ROW_TILES', 'LOOP_STAGES', 'SPLIT_K')}}) |"
             print(f"| {K}x{N} | {M} | {fname} | {ta:.1f} | {tbs:.2f} | {100 * tbs / hbm:.0f} | {tc:.1f} | "
-                  f"{w16.nbytes / tc / 1e6:.2f} | {rel:.1e} | {t_old:.1f} | {t_mma} | {cfg} |", flush=True)
+                  f"{w16.nbytes / tc / 1e6:.2f} | {rel:.1e} | {t_old:.1f} | {t_mma} |{t_wide} {cfg} |", flush=True)
         del ws, ss, wdec, w16, w16s
         torch.cuda.empty_cache()
     return 0

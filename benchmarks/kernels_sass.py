@@ -17,8 +17,10 @@ through cp.async with the weight.
 `--kernel mma` compiles the swap-AB kernel (dqmm_mma_kernel) with the SCALE_W config the autotuner
 picks at M = 4-16 (BLOCK_N 32, 64-byte dots, two a K step, 2 warps, LOOP_STAGES 3; `--chunk` and
 `--step` for the other dot and step sizes it times; `--ragged` for the masked loop of shapes that are
-not whole tiles) and prints its main loop: instruction count and shared-memory instructions (a
-decoded weight that reaches the dot through shared memory shows up as STS.128 / LDS.64 there).
+not whole tiles; `--warps 4` or 8 for the wider programs, 16 rows a warp, compiled to mma.sync as
+the launch does) and prints its main loop: instruction count, tensor-core and shared-memory
+instructions (a decoded weight that reaches the dot through shared memory shows up as STS.128 /
+LDS.64 there).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--formats", help=f"default: {','.join(FORMATS)} (gemv), {','.join(MMA_FORMATS)} (mma)")
     p.add_argument("--tile", default="32x256", help="BLOCK_N x BLOCK_KB of the gemv")
-    p.add_argument("--warps", type=int, default=4, help="of the gemv (mma: 2)")
+    p.add_argument("--warps", type=int, help="of the gemv (default 4) or the mma kernel (default 2)")
     p.add_argument("--loop-stages", type=int, default=1, help="of the gemv (mma: 3)")
     p.add_argument("--kernel", choices=("gemv", "mma"), default="gemv")
     p.add_argument("--m", type=int, default=4, help="BLOCK_M of the mma kernel")
@@ -83,16 +85,17 @@ def main(argv=None) -> int:
     from onnxfuse.kernels.dequant_gemv_kernel import dqmm_gemv_kernel as fn
 
     bn, bkb = (int(v) for v in args.tile.split("x"))
+    warps = args.warps or 4
     for fname in (args.formats or ",".join(FORMATS)).split(","):
         wfmt, bits, cpb, flip, base, shift, bs, sfmt = FORMATS[fname]
         bsb = min(bs // cpb, bkb)
         const = dict(WFMT=wfmt, SFMT=sfmt, BITS=bits, CPB=cpb, BS=bs, FLIP=flip, HAS_ZP=False,
                      HAS_GS=fname == "nvfp4", HAS_BIAS=False, BLOCK_M=1, BLOCK_N=bn, NG=bkb // bsb, BSB=bsb,
                      USE_WS=False, HW_FP8=True, ACT_BASE=base, ACT_SHIFT=shift, LOOP_STAGES=args.loop_stages)
-        k = compile_sm90(fn, const, sfmt, args.warps)
+        k = compile_sm90(fn, const, sfmt, warps)
         sass = _sass(k, triton)
         ops = [o.split(".")[0] for o in re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass, re.M)]
-        per_thread = bn * bkb // (32 * args.warps)
+        per_thread = bn * bkb // (32 * warps)
         mix = ", ".join(f"{op} {n}" for op, n in collections.Counter(ops).most_common(10))
         print(f"{fname}: {len(ops)} SASS instructions, {per_thread} weight bytes per thread per K step: "
               f"{len(ops) / per_thread:.1f} instr/byte (upper bound); cp.async {k.asm['ptx'].count('cp.async.c')}; "
@@ -123,7 +126,7 @@ def _sass(k, triton) -> str:
 
 
 def _main_loop(sass: str) -> list[str]:
-    """The instructions of the longest backward-branch loop holding an HMMA (the K loop)."""
+    """The instructions of the longest backward-branch loop holding an HMMA or HGMMA (the K loop)."""
     labels, ins = {}, []
     for line in sass.splitlines():
         m = re.match(r"^\s*(\.L_x_\d+):", line)
@@ -136,14 +139,19 @@ def _main_loop(sass: str) -> list[str]:
         m = re.search(r"BRA\s+`?\(?(\.L_x_\d+)", t)
         if m and labels.get(m.group(1), i) < i:
             body = ins[labels[m.group(1)]:i + 1]
-            if any(b.startswith("HMMA") for b in body) and len(body) > len(best):
+            if any(b.startswith(("HMMA", "HGMMA")) for b in body) and len(body) > len(best):
                 best = body
     return best
 
 
 def _mma(args, compile_sm90, triton) -> int:
+    import contextlib
+
+    from onnxfuse.kernels import triton_env
     from onnxfuse.kernels.decode_ptx import FP4_E4M3_EXP
     from onnxfuse.kernels.dequant_mma_kernel import dqmm_mma_kernel as fn
+
+    warps = args.warps or 2
 
     for fname in (args.formats or ",".join(MMA_FORMATS)).split(","):
         if fname not in MMA_FORMATS:
@@ -152,14 +160,18 @@ def _mma(args, compile_sm90, triton) -> int:
         wfmt, bits, sfmt, bs = MMA_FORMATS[fname]
         ndot = args.step // args.chunk
         const = dict(WFMT=wfmt, SFMT=sfmt, BITS=bits, CPB=8 // bits, BS=bs, HAS_ZP=False, HAS_GS=fname == "nvfp4",
-                     HAS_BIAS=False, BLOCK_M=args.m, BLOCK_N=32, CHUNK=args.chunk, GROUP=1, NDOT=ndot, USE_WS=True,
+                     HAS_BIAS=False, BLOCK_M=args.m, BLOCK_N=16 * warps, CHUNK=args.chunk, GROUP=1, NDOT=ndot, USE_WS=True,
                      ASM=True, HW_FP8=True, ACT_PAIRS=bits == 4, DECODE_EXP=FP4_E4M3_EXP if wfmt == 8 else 0,
                      DOT_F32=False, LOOP_STAGES=3, SCALE_W=True, EVEN=not args.ragged,
                      ROW_TILES=args.row_tiles)
-        loop = _main_loop(_sass(compile_sm90(fn, const, sfmt, 2), triton))
-        shared = collections.Counter(op for op in (b.split()[0] for b in loop) if re.match(r"(STS|LDS)", op))
-        print(f"{fname} (M <= {args.m}): K loop of {len(loop)} SASS instructions ({ndot} {args.chunk}-byte dots); "
-              f"shared memory: {', '.join(f'{op} {n}' for op, n in sorted(shared.items()))}", flush=True)
+        with triton_env.mma_sync_dots() if warps >= 4 else contextlib.nullcontext():  # as _launch compiles it
+            loop = _main_loop(_sass(compile_sm90(fn, const, sfmt, warps), triton))
+        ops = collections.Counter(b.split()[0] for b in loop)
+        shared = {op: n for op, n in ops.items() if re.match(r"(STS|LDS)", op)}
+        dots = sum(n for op, n in ops.items() if op.startswith("HMMA"))
+        print(f"{fname} (M <= {args.m}): K loop of {len(loop)} SASS instructions ({ndot} {args.chunk}-byte dots, "
+              f"{warps} warps); mma.sync {dots}; shared memory: {', '.join(f'{op} {n}' for op, n in sorted(shared.items()))}",
+              flush=True)
     return 0
 
 

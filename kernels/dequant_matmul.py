@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 
@@ -155,12 +156,13 @@ def mma_candidates(M, N, Kb, element, block_size, a_dtype, device, *, zero_point
     per-chunk), and for 64-byte blocks (int4 block 128) SCALE_W lost by 3-8%. MXFP4 gets 64-byte
     SCALE_W dots too (E8M0 factors relative to the row's largest scale): 1.3-1.4x at M = 4-8; MXFP8
     (e4m3) 64- and 128-byte ones: 1.15x at M = 4, 1.26-1.36x at M = 16 (H100). From M = 8 the
-    programs have 1-2 warps: 4 and 8 (BLOCK_N 64 and 128; 4 warps compile to wgmma) were timed at
-    M = 16 and never picked (H100, benchmarks/RESULTS.md, stop 31); with 1, 2 or 4 row tiles the best
-    of them ran at 0.83-1.01x the tuner's best at M = 4 and 16 (H100, stop 38). The pipelined
-    shapes are also timed with two row tiles a program (ROW_TILES, sharing each activation
-    operand): up to 1.08x at M = 16; four were never picked (H100, benchmarks/RESULTS.md, stops
-    34-35)."""
+    programs have 1-2 warps (up to M = 4 also 4, compiled to mma.sync like every swap-AB program:
+    _launch). 4 and 8 (BLOCK_N 64 and 128) were timed at M = 16 as wgmma, Triton's choice for them,
+    and never picked (H100, benchmarks/RESULTS.md, stop 31); with 1, 2 or 4 row tiles the best of
+    them ran at 0.83-1.01x the tuner's best at M = 4 and 16 (H100, stop 38); as mma.sync, 0.88-0.98x
+    at M = 16 (H100, stop 39; `benchmarks/kernels_gemv.py --wide` times them). The pipelined shapes
+    are also timed with two row tiles a program (ROW_TILES, sharing each activation operand): up to
+    1.08x at M = 16; four were never picked (H100, benchmarks/RESULTS.md, stops 34-35)."""
     bsb = block_size // element.codes_per_byte
     if M > MMA_MAX_M or a_dtype not in (torch.float16, torch.bfloat16) or element.codes_per_byte > 2:
         return []
@@ -222,6 +224,11 @@ def _run(kernel, grid, compile_only: bool, *args, **constants):
         kernel[grid](*args, **constants)
 
 
+def _mma_sync(cfg) -> bool:
+    """A swap-AB program of 4 or 8 warps: its dots must compile to mma.sync (triton_env.mma_sync_dots)."""
+    return bool(cfg.get("MMA")) and cfg["num_warps"] >= 4
+
+
 def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_code, cfg, compile_only: bool = False):
     M = a2.shape[0]
     gemv = M <= GEMV_MAX_M and not _not_gemv(cfg)  # the GEMV kernel runs cfg (else the GEMM, MMA or materialise)
@@ -256,14 +263,15 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
         # inline-PTX decoders: fp16 A on a GPU, integer and fp4 codes; A's code pairs as one 32-bit load
         asm = hw and a2.dtype == torch.float16 and (not element.is_float or element.name == "float4e2m1")
         pairs = element.codes_per_byte == 2 and K % 2 == 0 and a2.stride(0) % 2 == 0 and a2.data_ptr() % 4 == 0
-        _run(
-            dqmm_mma_kernel, (cdiv(N, nb * cfg.get("ROW_TILES", 1)), split), compile_only, *args,
-            BLOCK_M=cfg["BLOCK_M"], CHUNK=cfg["CHUNK"], GROUP=cfg["GROUP"],
-            NDOT=bkb // (cfg["CHUNK"] * cfg["GROUP"]), USE_WS=split > 1, ASM=asm,
-            HW_FP8=hw, ACT_PAIRS=pairs, DECODE_EXP=FP4_E4M3_EXP if asm and element.name == "float4e2m1" else 0,
-            DOT_F32=a2.dtype == torch.bfloat16 and not hw, LOOP_STAGES=cfg.get("LOOP_STAGES", 1),
-            SCALE_W=bool(cfg.get("SCALE_W")), EVEN=mma_tiles_evenly(N, K, Kb, element, cfg),
-            ROW_TILES=cfg.get("ROW_TILES", 1), **common)
+        with triton_env.mma_sync_dots() if _mma_sync(cfg) else contextlib.nullcontext():
+            _run(
+                dqmm_mma_kernel, (cdiv(N, nb * cfg.get("ROW_TILES", 1)), split), compile_only, *args,
+                BLOCK_M=cfg["BLOCK_M"], CHUNK=cfg["CHUNK"], GROUP=cfg["GROUP"],
+                NDOT=bkb // (cfg["CHUNK"] * cfg["GROUP"]), USE_WS=split > 1, ASM=asm,
+                HW_FP8=hw, ACT_PAIRS=pairs, DECODE_EXP=FP4_E4M3_EXP if asm and element.name == "float4e2m1" else 0,
+                DOT_F32=a2.dtype == torch.bfloat16 and not hw, LOOP_STAGES=cfg.get("LOOP_STAGES", 1),
+                SCALE_W=bool(cfg.get("SCALE_W")), EVEN=mma_tiles_evenly(N, K, Kb, element, cfg),
+                ROW_TILES=cfg.get("ROW_TILES", 1), **common)
     elif gemv:
         ng, bsb = _tile_shape(element, block_size, bkb)
         bm = 1 if M == 1 else (2 if M == 2 else 4)
@@ -457,5 +465,8 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scal
     def compile_one(cfg):
         _launch(a2, w, s, z, gs, bias, out2, cfg=cfg, compile_only=True, **kw)
 
-    return autotune.choose(autotune.cache_for_device(a2.device), key, candidates, time_one,
-                           refine=lambda cfg: split_variants(cfg, M), compile_one=compile_one)
+    # Triton's parallel build compiles the warmups after they return, so a 4-warp swap-AB program gets
+    # mma.sync for the whole tuning; no other candidate at M <= 16 has a dot wgmma would take
+    with triton_env.mma_sync_dots() if M <= MMA_MAX_M else contextlib.nullcontext():
+        return autotune.choose(autotune.cache_for_device(a2.device), key, candidates, time_one,
+                               refine=lambda cfg: split_variants(cfg, M), compile_one=compile_one)

@@ -12,8 +12,10 @@ interpreter, so that combination is refused up front with the fix named.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import threading
 
 
 @functools.cache
@@ -69,3 +71,34 @@ def interpreting() -> bool:
 
 def _interpret_env() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+_MMA_SYNC_LOCK = threading.Lock()
+_mma_sync_users = 0
+_mma_sync_saved: str | None = None
+
+
+@contextlib.contextmanager
+def mma_sync_dots():
+    """Inside, Triton compiles tl.dot for sm_90 as mma.sync, not wgmma: DISABLE_MMA_V3, which its
+    dot lowering reads while compiling (the variable is one of those in Triton's cache key, so the
+    two builds never share an entry). A 4- or 8-warp swap-AB program needs it: as wgmma, Triton
+    sends the decoded weight through shared memory 16 bits at a time (benchmarks/kernels_sass.py).
+    Nested and concurrent uses share one setting, and the caller's own value comes back at the end.
+    The variable is the process's: a kernel another thread compiles meanwhile gets mma.sync too."""
+    global _mma_sync_users, _mma_sync_saved
+    with _MMA_SYNC_LOCK:
+        if _mma_sync_users == 0:
+            _mma_sync_saved = os.environ.get("DISABLE_MMA_V3")
+            os.environ["DISABLE_MMA_V3"] = "1"
+        _mma_sync_users += 1
+    try:
+        yield
+    finally:
+        with _MMA_SYNC_LOCK:
+            _mma_sync_users -= 1
+            if _mma_sync_users == 0:
+                if _mma_sync_saved is None:
+                    del os.environ["DISABLE_MMA_V3"]
+                else:
+                    os.environ["DISABLE_MMA_V3"] = _mma_sync_saved

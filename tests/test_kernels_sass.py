@@ -13,18 +13,34 @@ import pytest
 TOOL = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "kernels_sass.py"
 
 
-def test_mxfp4_scale_w_loop_keeps_the_decoded_weight_out_of_shared_memory():
+def _mma_loops(*args) -> dict[str, str]:
+    """benchmarks/kernels_sass.py --kernel mma's line for each format, compiled for sm_90 here."""
     spec = importlib.util.find_spec("triton")  # not imported here: onnxfuse.kernels must come first in-process
     if spec is None:
         pytest.skip("needs triton")
     if not os.path.exists(os.path.join(spec.submodule_search_locations[0], "backends", "nvidia", "bin", "nvdisasm")):
         pytest.skip("this triton wheel ships no nvdisasm")
     # its own process: triton.jit makes interpreted functions when TRITON_INTERPRET=1 at import
-    run = subprocess.run([sys.executable, str(TOOL), "--kernel", "mma", "--formats", "mxfp4,nvfp4"],
+    run = subprocess.run([sys.executable, str(TOOL), "--kernel", "mma", *args],
                          env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    lines = dict(line.split(" (", 1) for line in run.stdout.strip().splitlines())
-    assert set(lines) == {"mxfp4", "nvfp4"}, run.stdout
+    return dict(line.split(" (", 1) for line in run.stdout.strip().splitlines())
+
+
+def test_mxfp4_scale_w_loop_keeps_the_decoded_weight_out_of_shared_memory():
+    lines = _mma_loops("--formats", "mxfp4,nvfp4")
+    assert set(lines) == {"mxfp4", "nvfp4"}, lines
     for fmt, line in lines.items():
         assert "K loop of" in line, line
         assert "STS.128" not in line and "LDS.64" not in line, f"{fmt}: {line}"
+
+
+@pytest.mark.parametrize("warps", [4, 8])
+def test_wide_programs_compile_to_mma_sync_with_the_weight_in_registers(warps):
+    """4 and 8 warps compile to mma.sync under triton_env.mma_sync_dots, as _launch compiles them: as
+    wgmma, Triton read the decoded weight back from shared memory 16 bits at a time (LDS.U16)."""
+    lines = _mma_loops("--formats", "nvfp4,int4", "--m", "16", "--warps", str(warps))
+    assert set(lines) == {"nvfp4", "int4"}, lines
+    for fmt, line in lines.items():
+        assert "mma.sync 32;" in line, f"{fmt}: {line}"  # 16 rows x 16 columns x 2 dots of 64 bytes, a warp
+        assert not any(op in line for op in ("STS", "LDS.64", "LDS.U16")), f"{fmt}: {line}"

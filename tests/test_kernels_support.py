@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from onnxfuse.kernels import autotune, supported
 
 
@@ -237,3 +239,71 @@ def test_interpreter_refuses_the_numpy_that_breaks_older_triton():
     assert triton_env.interpreter_numpy_clash("3.7.0", "2.4.6") is None
     assert triton_env.interpreter_numpy_clash("3.10.0+git1a2b", "2.4.0rc1") is None
     assert triton_env.interpreter_numpy_clash("3.4.0", "2.10.0") is not None
+
+
+def test_mma_sync_dots_sets_the_variable_while_any_user_is_inside(monkeypatch):
+    import os
+
+    from onnxfuse.kernels import triton_env
+
+    monkeypatch.delenv("DISABLE_MMA_V3", raising=False)
+    with triton_env.mma_sync_dots():
+        with triton_env.mma_sync_dots():
+            assert os.environ["DISABLE_MMA_V3"] == "1"
+        assert os.environ["DISABLE_MMA_V3"] == "1"  # the outer user is still inside
+    assert "DISABLE_MMA_V3" not in os.environ
+    monkeypatch.setenv("DISABLE_MMA_V3", "0")  # the caller's own setting comes back, also after an error
+    with pytest.raises(RuntimeError), triton_env.mma_sync_dots():
+        assert os.environ["DISABLE_MMA_V3"] == "1"
+        raise RuntimeError
+    assert os.environ["DISABLE_MMA_V3"] == "0"
+
+
+def test_small_m_tuning_compiles_to_mma_sync_throughout(tmp_path, monkeypatch):
+    """Triton's parallel build compiles after the warmups return, so an M <= 16 tuning keeps mma.sync
+    on from its first compile to its last timing; a larger M's tuning leaves it alone."""
+    import os
+
+    import torch
+
+    from onnxfuse.kernels import inputs
+
+    monkeypatch.delenv("DISABLE_MMA_V3", raising=False)
+    D = _tuning_on_a_fake_gpu(tmp_path, monkeypatch)
+    seen = []
+    monkeypatch.setattr(D, "_time_config", lambda fn: seen.append(os.environ.get("DISABLE_MMA_V3")) or 1.0)
+    e, sc = inputs.formats("int4", "float16")
+    w, s = torch.zeros(32, 32, dtype=torch.uint8), torch.ones(32, 2, dtype=torch.float16)
+    kw = dict(K=64, N=32, block_size=32, element=e, scale_code=sc)
+    for M in (16, 64):
+        a, out = torch.zeros(M, 64, dtype=torch.float16), torch.empty(M, 32, dtype=torch.float16)
+        D._pick_config(a, w, s, None, None, None, out, **kw)
+        assert seen and set(seen) == ({"1"} if M == 16 else {None}), (M, seen)
+        seen.clear()
+    assert "DISABLE_MMA_V3" not in os.environ
+
+
+def test_wide_swap_ab_launches_compile_to_mma_sync(monkeypatch):
+    """A 4- or 8-warp swap-AB launch turns mma.sync on itself (a tuned pick read from the cache compiles
+    at its first launch); 1- and 2-warp ones, which wgmma cannot take anyway, leave it alone."""
+    import importlib
+    import os
+
+    import torch
+
+    from onnxfuse.kernels import inputs
+
+    monkeypatch.delenv("DISABLE_MMA_V3", raising=False)
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
+    launched = []
+    monkeypatch.setattr(D, "_run", lambda kernel, *a, **k: launched.append((kernel, os.environ.get("DISABLE_MMA_V3"))))
+    e, sc = inputs.formats("int4", "float16")
+    a, w = torch.zeros(16, 64, dtype=torch.float16), torch.zeros(128, 32, dtype=torch.uint8)
+    s, out = torch.ones(128, 2, dtype=torch.float16), torch.empty(16, 128, dtype=torch.float16)
+    cfg = dict(MMA=True, BLOCK_M=16, CHUNK=64, GROUP=1, BLOCK_KB=32, SPLIT_K=1, num_stages=1, LOOP_STAGES=2,
+               SCALE_W=True, ROW_TILES=1)
+    for warps in (1, 2, 4, 8):
+        D._launch(a, w, s, None, None, None, out, K=64, N=128, block_size=32, element=e, scale_code=sc,
+                  cfg=dict(cfg, num_warps=warps, BLOCK_N=16 * warps))
+    assert launched == [(D.dqmm_mma_kernel, None)] * 2 + [(D.dqmm_mma_kernel, "1")] * 2
+    assert "DISABLE_MMA_V3" not in os.environ
