@@ -8,6 +8,9 @@ is respected, and then launching fails with Triton's own "no GPU" error).
 Triton 3.4-3.6's interpreter converts 1-element arrays to Python ints, which NumPy 2.4 refuses
 (triton-lang/triton#9171, fixed in 3.7): every kernel's K loop would fail deep inside the
 interpreter, so that combination is refused up front with the fix named.
+
+mma_sync_dots holds the one setting of Triton's compiler the kernels change: mma.sync for the dots
+of the wider swap-AB programs.
 """
 
 from __future__ import annotations
