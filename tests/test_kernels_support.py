@@ -1,4 +1,5 @@
-"""supported(), the import contract (no torch/triton at import) and the on-disk tuning cache."""
+"""supported(), the import contract (no torch/triton at import), the on-disk tuning cache, and the
+mma.sync compile setting of the wider swap-AB programs (triton_env.mma_sync_dots)."""
 
 from __future__ import annotations
 
