@@ -149,6 +149,7 @@ def _mma(args, compile_sm90, triton) -> int:
 
     from onnxfuse.kernels import triton_env
     from onnxfuse.kernels.decode_ptx import FP4_E4M3_EXP
+    from onnxfuse.kernels.dequant_matmul import _mma_sync
     from onnxfuse.kernels.dequant_mma_kernel import dqmm_mma_kernel as fn
 
     warps = args.warps or 2
@@ -164,7 +165,7 @@ def _mma(args, compile_sm90, triton) -> int:
                      ASM=True, HW_FP8=True, ACT_PAIRS=bits == 4, DECODE_EXP=FP4_E4M3_EXP if wfmt == 8 else 0,
                      DOT_F32=False, LOOP_STAGES=3, SCALE_W=True, EVEN=not args.ragged,
                      ROW_TILES=args.row_tiles)
-        with triton_env.mma_sync_dots() if warps >= 4 else contextlib.nullcontext():  # as _launch compiles it
+        with triton_env.mma_sync_dots() if _mma_sync(dict(MMA=True, num_warps=warps)) else contextlib.nullcontext():
             loop = _main_loop(_sass(compile_sm90(fn, const, sfmt, warps), triton))
         ops = collections.Counter(b.split()[0] for b in loop)
         shared = {op: n for op, n in ops.items() if re.match(r"(STS|LDS)", op)}
