@@ -4,6 +4,8 @@
                                                           [--tile 32x256] [--warps 4] [--loop-stages 1]
     TRITON_INTERPRET=0 python benchmarks/kernels_sass.py --kernel mma [--formats int4,mxfp4,nvfp4] [--m 4]
                                                           [--chunk 64] [--step 128] [--ragged] [--row-tiles 2]
+    TRITON_INTERPRET=0 python benchmarks/kernels_sass.py --kernel gemm [--formats int4,int8,nvfp4] [--natural-k]
+                                                          [--block-m 128]
 
 Compiles dqmm_gemv_kernel (M = 1) with Triton's own ptxas, disassembles it with nvdisasm and prints
 the instruction mix and the instructions per weight byte (kernel total / bytes one thread loads per K
@@ -21,6 +23,12 @@ not whole tiles; `--warps 4` or 8 for the wider programs, 16 rows a warp, compil
 the launch does) and prints its main loop: instruction count, tensor-core and shared-memory
 instructions (a decoded weight that reaches the dot through shared memory shows up as STS.128 /
 LDS.64 there).
+
+`--kernel gemm` compiles the large-M GEMM as W @ A^T (dqmm_gemm_kernel, SWAP_AB) with the tile the
+autotuner's candidates have (`--natural-k`: a tile of dequant_matmul.natural_k_configs; `--block-m 256`
+for its other one) and prints its K loop: wgmma (HGMMA) count, the waits between them
+(`WARPGROUP.DEPBAR.LE gsb0, N`: N = 0 serialises each wgmma behind the last) and the shared-memory
+instructions (STS.64: A's tile split in registers and stored again).
 """
 
 from __future__ import annotations
@@ -44,6 +52,10 @@ FORMATS = {
 }
 # name: (WFMT, BITS, SFMT, block size) for the swap-AB kernel's SCALE_W path (fp16 scales for int4)
 MMA_FORMATS = {"int4": (2, 4, 1, 32), "mxfp4": (8, 4, 3, 32), "nvfp4": (8, 4, 4, 16), "mxfp8": (6, 8, 3, 32)}
+# name: (weight format, scale format, block size) for the GEMM
+GEMM_FORMATS = {"int4": ("int4", "float16", 32), "int8": ("int8", "float16", 128), "int2": ("int2", "float16", 32),
+                "mxfp4": ("float4e2m1", "float8e8m0", 32), "nvfp4": ("float4e2m1", "float8e4m3fn", 16),
+                "mxfp8": ("float8e4m3fn", "float8e8m0", 32)}
 COLUMN_MAJOR_SCALES = {"stride_sn": 1}  # an integer argument equal to 1 is a constant at a launch
 ALIGNED = ["a_ptr", "w_ptr", "s_ptr", "z_ptr", "gs_ptr", "bias_ptr", "out_ptr", "ws_ptr", "N", "K", "Kb", "stride_am",
            "stride_wn", "stride_sg", "stride_om", "kb_per_split"]
@@ -53,15 +65,17 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--formats", help=f"default: {','.join(FORMATS)} (gemv), {','.join(MMA_FORMATS)} (mma)")
     p.add_argument("--tile", default="32x256", help="BLOCK_N x BLOCK_KB of the gemv")
-    p.add_argument("--warps", type=int, help="of the gemv (default 4) or the mma kernel (default 2)")
+    p.add_argument("--warps", type=int, help="of the gemv (default 4) or the mma kernel (default 2); the gemm's are its config's")
     p.add_argument("--loop-stages", type=int, default=1, help="of the gemv (mma: 3)")
-    p.add_argument("--kernel", choices=("gemv", "mma"), default="gemv")
+    p.add_argument("--kernel", choices=("gemv", "mma", "gemm"), default="gemv")
     p.add_argument("--m", type=int, default=4, help="BLOCK_M of the mma kernel")
     p.add_argument("--chunk", type=int, default=64, help="bytes a dot of the mma kernel")
     p.add_argument("--step", type=int, default=128, help="bytes a K step of the mma kernel (NDOT = step / chunk)")
     p.add_argument("--ragged", action="store_true", help="the mma kernel's masked K loop (N or K not a whole tile)")
     p.add_argument("--row-tiles", type=int, default=1, choices=(1, 2, 4),
                    help="row tiles of BLOCK_N a program of the mma kernel owns (ROW_TILES)")
+    p.add_argument("--natural-k", action="store_true", help="the gemm's weight operand in the row's K order")
+    p.add_argument("--block-m", type=int, default=128, help="rows of A a program of the gemm owns (128 or 256)")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print("run with TRITON_INTERPRET=0 (this compiles for sm_90; nothing is launched)")
@@ -74,14 +88,16 @@ def main(argv=None) -> int:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    def compile_sm90(fn, const, sfmt, warps):
+    def compile_sm90(fn, const, sfmt, warps, stages=None):
         const = dict(const, **COLUMN_MAJOR_SCALES)
         return triton.compile(ASTSource(fn, _signature(fn, const, sfmt), const, _aligned(fn)),
                               target=GPUTarget("cuda", 90, 32),
-                              options=dict(num_warps=warps, num_stages=3 if args.kernel == "gemv" else 1))
+                              options=dict(num_warps=warps, num_stages=stages or (3 if args.kernel == "gemv" else 1)))
 
     if args.kernel == "mma":
         return _mma(args, compile_sm90, triton)
+    if args.kernel == "gemm":
+        return _gemm(args, compile_sm90, triton)
     from onnxfuse.kernels.dequant_gemv_kernel import dqmm_gemv_kernel as fn
 
     bn, bkb = (int(v) for v in args.tile.split("x"))
@@ -173,6 +189,50 @@ def _mma(args, compile_sm90, triton) -> int:
         print(f"{fname} (M <= {args.m}): K loop of {len(loop)} SASS instructions ({ndot} {args.chunk}-byte dots, "
               f"{warps} warps); mma.sync {dots}; shared memory: {', '.join(f'{op} {n}' for op, n in sorted(shared.items()))}",
               flush=True)
+    return 0
+
+
+def _gemm(args, compile_sm90, triton) -> int:
+    import importlib
+
+    import torch
+
+    from onnxfuse.kernels import inputs
+    from onnxfuse.kernels.dequant_matmul_kernels import dqmm_gemm_kernel as fn
+
+    D = importlib.import_module("onnxfuse.kernels.dequant_matmul")  # the module (the package exports a function)
+
+    cpu = torch.device("cpu")
+    for fname in (args.formats or "int4,int8,nvfp4").split(","):
+        if fname not in GEMM_FORMATS:
+            print(f"{fname}: choose from {', '.join(GEMM_FORMATS)}")
+            return 2
+        wf, sf, bs = GEMM_FORMATS[fname]
+        e, sc = inputs.formats(wf, sf)
+        kb = 8192 // e.codes_per_byte
+        if args.natural_k:  # the tiles benchmarks/kernels_gemm.py times, as _launch compiles them
+            cfgs = D.natural_k_configs(1024, 28672, kb, e, cpu, block_size=bs, scale_code=sc)
+        else:
+            cfgs = [c for c in D.gemm_candidates(1024, 28672, kb, e, cpu) if c.get("SWAP_AB")]
+        cfg = next((c for c in cfgs if c["BLOCK_M"] == args.block_m), None)
+        if cfg is None:
+            print(f"{fname}: no such tile with BLOCK_M {args.block_m}: {sorted({c['BLOCK_M'] for c in cfgs})}")
+            return 2
+        bsb = min(bs // e.codes_per_byte, cfg["BLOCK_KB"])
+        const = dict(WFMT=e.id, SFMT=sc.id, BITS=e.bits, CPB=e.codes_per_byte, BS=bs, HAS_ZP=False,
+                     HAS_GS=fname == "nvfp4", HAS_BIAS=False, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                     NG=cfg["BLOCK_KB"] // bsb, BSB=bsb, ATOMIC=False, GROUP_M=cfg["GROUP_M"], DOT_F32=False,
+                     SWAP_AB=True, F16_CODES=D.fp16_lane_codes(e, sc), NATURAL_K=args.natural_k)
+        loop = _main_loop(_sass(compile_sm90(fn, const, sc.id, cfg["num_warps"], cfg["num_stages"]), triton))
+        ops = collections.Counter(b.split()[0] for b in loop)
+        waits = collections.Counter(re.search(r"gsb0, (0x[0-9a-f]+)", b).group(1)
+                                    for b in loop if b.startswith("WARPGROUP.DEPBAR"))
+        shared = {op: n for op, n in ops.items() if re.match(r"(STS|LDS)", op)}
+        print(f"{fname} (natural K: {args.natural_k}): K loop of {len(loop)} SASS instructions "
+              f"({cfg['num_warps']} warps, {cfg['BLOCK_M']}x{cfg['BLOCK_N']} tile, {cfg['BLOCK_KB']} bytes a step)"
+              f"; wgmma {sum(n for op, n in ops.items() if op.startswith('HGMMA'))}; "
+              f"waits {', '.join(f'{w} x{n}' for w, n in sorted(waits.items()))}; "
+              f"shared memory: {', '.join(f'{op} {n}' for op, n in sorted(shared.items()))}", flush=True)
     return 0
 
 

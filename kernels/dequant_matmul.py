@@ -113,6 +113,29 @@ def gemm_candidates(M, N, Kb, element, device) -> list[dict]:
     return out
 
 
+def natural_k_configs(M, N, Kb, element, device, *, block_size, scale_code) -> list[dict]:
+    """W @ A^T tiles whose weight operand is interleaved in registers into the row's K order
+    (NATURAL_K): A's tile then reaches shared memory by cp.async as it lies, instead of split into
+    sub-positions in registers and stored again, and the K loop's wgmmas overlap. In the sm_90 SASS
+    (benchmarks/kernels_sass.py --kernel gemm) ptxas serialises them again with more than four a
+    warpgroup a K step (64 codes) or with two 1-byte scales of a row a step (so block-32 E8M0 and E4M3
+    scales take 32-code steps). Not candidates yet: no GPU has timed them (benchmarks/kernels_gemm.py
+    does). With one code a byte (int8, fp8, MXFP8) they differ from the candidates by that step only."""
+    if M <= GEMM_SPLIT_MAX_M:
+        return []
+    codes = 32 if scale_code.torch_storage == "uint8" and block_size == 32 else 64
+    bkb = max(16, codes // element.codes_per_byte)
+    return [dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_KB=bkb, SPLIT_K=1, num_warps=8, num_stages=stages, GROUP_M=8,
+                 SWAP_AB=True, NATURAL_K=True) for bm, stages in ((128, 4), (256, 3))]
+
+
+def fp16_lane_codes(element, scale_code) -> bool:
+    """Whether W @ A^T with fp16 A decodes the codes in fp16 lanes (F16_CODES in
+    kernels/dequant_matmul_kernels.py; bit-identical there): integers with fp16 scales, and NVFP4."""
+    return ((not element.is_float and scale_code.name == "float16")
+            or (element.name, scale_code.name) == ("float4e2m1", "float8e4m3fn"))
+
+
 def _scale_folds_into_codes(element, scale_code, zero_point) -> bool:
     """NVFP4: an e2m1 code times its E4M3 block scale is exact in fp16 and bf16 (SCALE_W in
     kernels/dequant_mma_kernel.py)."""
@@ -285,9 +308,10 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
         grid = (cdiv(M, bm) * cdiv(N, nb), split)
         dot_f32 = a2.dtype == torch.float32 or (a2.dtype == torch.bfloat16 and not hw)
         swap = bool(cfg.get("SWAP_AB"))
-        f16_codes = swap and a2.dtype == torch.float16 and not element.is_float and scale_code.name == "float16"
+        f16_codes = swap and a2.dtype == torch.float16 and fp16_lane_codes(element, scale_code)
         _run(dqmm_gemm_kernel, grid, compile_only, *args, BLOCK_M=bm, GROUP_M=cfg["GROUP_M"], ATOMIC=split > 1,
-             DOT_F32=dot_f32, NG=ng, BSB=bsb, SWAP_AB=swap, F16_CODES=f16_codes, **common)
+             DOT_F32=dot_f32, NG=ng, BSB=bsb, SWAP_AB=swap, F16_CODES=f16_codes,
+             NATURAL_K=bool(cfg.get("NATURAL_K")), **common)
     if split > 1 and not compile_only:
         block = 1024
         if gemv or mma:  # the [SPLIT, M, N] workspace, summed in a fixed order

@@ -8,11 +8,16 @@ are decoded one sub-position at a time; the activation is loaded at the matching
 (k = byte * CPB + sub), so no interleaving shuffle of the weight is needed.
 
 SWAP_AB computes the transposed product, acc[BLOCK_N, BLOCK_M] = W_tile @ A^T: the decoded weight
-is then the dot's left operand, which Triton stages for wgmma with 64-bit shared-memory stores
-instead of the 16-bit ones the right operand takes (sm_90 SASS). With F16_CODES (fp16 A and fp16
-scales, integer codes) the codes are made in fp16 lanes straight from their bits and scaled with
-an fp16 multiply: bit-identical to the float32 decode cast to fp16, since q * s is exact in float32
-(at most 8 + 11 significant bits) and both round it once.
+is then the dot's left operand, which wgmma reads from registers (the right operand goes through
+shared memory; sm_90 SASS). With F16_CODES (fp16 A; integer codes
+with fp16 scales, or NVFP4's e2m1 codes with E4M3 scales) the codes are made in fp16 lanes straight
+from their bits and scaled with an fp16 multiply: bit-identical to the float32 decode cast to fp16,
+since q * s is exact in float32 (at most 8 + 11 significant bits) and both round it once (e2m1
+codes come out times 2^-14, and q * s * 2^-14 is exact in fp16; the sum is multiplied back).
+
+NATURAL_K (with SWAP_AB) interleaves the sub-positions' values in registers into the row's K order
+instead, for one dot against A's tile as loaded: A then goes to shared memory by cp.async alone and
+the loop's wgmmas overlap (sm_90 SASS, docs/kernels.md).
 
 Split-K (grid axis 1) lets small-N layers keep every SM streaming weight: partial sums go to a
 float32 workspace with atomic adds and a tiny epilogue adds the bias and casts.
@@ -93,6 +98,54 @@ def _f16_codes(wb, SUB: tl.constexpr, BITS: tl.constexpr, SIGNED: tl.constexpr):
 
 
 @triton.jit
+def _f16_fp4_codes(wb, SUB: tl.constexpr):
+    """Sub-position SUB's e2m1 codes as fp16 times 2^-14: the sign to bit 15, exponent and mantissa
+    to bits 11-9 (fp16's exponent bias 15 against e2m1's 1; code 1, 0.5, lands on fp16's subnormal
+    2^-15). Exact, as is the product with an E4M3 scale (at most 6 significant bits, from 2^-24)."""
+    c = (wb.to(tl.int16) >> (SUB * 4)) & 0xF
+    return (((c & 7) << 9) | ((c & 8) << 12)).to(tl.float16, bitcast=True)
+
+
+@triton.jit
+def _sub_values(wb, s, z, SUB: tl.constexpr, WFMT: tl.constexpr, BITS: tl.constexpr, HAS_ZP: tl.constexpr,
+                F16_CODES: tl.constexpr):
+    """Sub-position SUB of the bytes wb [BLOCK_N, NG, BSB] as (q - z) * s: in fp16 lanes with
+    F16_CODES (e2m1 codes times 2^-14), else in float32."""
+    if F16_CODES and WFMT == 8:
+        v = _f16_fp4_codes(wb, SUB) * s[:, :, None].to(tl.float16)
+    elif F16_CODES:
+        q = _f16_codes(wb, SUB, BITS, WFMT % 2 == 0)
+        if HAS_ZP:
+            q = q - z[:, :, None].to(tl.float16)
+        v = q * s[:, :, None].to(tl.float16)
+    else:
+        q = decode_element((wb >> (SUB * BITS)) & ((1 << BITS) - 1), WFMT)
+        if HAS_ZP:
+            q = q - z[:, :, None]
+        v = q * s[:, :, None]
+    return v
+
+
+@triton.jit
+def _natural_k(wb, s, z, DT: tl.constexpr, WFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
+               HAS_ZP: tl.constexpr, F16_CODES: tl.constexpr):
+    """Every sub-position of wb [R, NG, BSB] in DT, interleaved in registers into the row's K order,
+    [R, NG * BSB * CPB] (k = byte * CPB + sub): a thread's two codes of a byte become one fp16 pair
+    of the wgmma operand."""
+    v0 = _sub_values(wb, s, z, 0, WFMT, BITS, HAS_ZP, F16_CODES).to(DT)
+    if CPB == 1:
+        w = v0
+    elif CPB == 2:
+        w = tl.join(v0, _sub_values(wb, s, z, 1, WFMT, BITS, HAS_ZP, F16_CODES).to(DT))
+    else:  # [..., i, o] holds sub 2 i + o
+        v1 = _sub_values(wb, s, z, 1, WFMT, BITS, HAS_ZP, F16_CODES).to(DT)
+        v2 = _sub_values(wb, s, z, 2, WFMT, BITS, HAS_ZP, F16_CODES).to(DT)
+        v3 = _sub_values(wb, s, z, 3, WFMT, BITS, HAS_ZP, F16_CODES).to(DT)
+        w = tl.join(tl.join(v0, v2), tl.join(v1, v3))
+    return tl.reshape(w, (wb.shape[0], wb.shape[1] * wb.shape[2] * CPB))
+
+
+@triton.jit
 def _dot_acc(a, w, acc, SWAP_AB: tl.constexpr, DOT_F32: tl.constexpr):
     """acc + a @ w^T ([BLOCK_M, BLOCK_N]), or acc + w @ a^T ([BLOCK_N, BLOCK_M]) with SWAP_AB."""
     if DOT_F32:  # fp32 activations; also bf16 in the interpreter, whose bf16 dot is wrong
@@ -117,7 +170,7 @@ def dqmm_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_p
                      BS: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NG: tl.constexpr, BSB: tl.constexpr,
                      ATOMIC: tl.constexpr, GROUP_M: tl.constexpr, DOT_F32: tl.constexpr,
-                     SWAP_AB: tl.constexpr, F16_CODES: tl.constexpr):
+                     SWAP_AB: tl.constexpr, F16_CODES: tl.constexpr, NATURAL_K: tl.constexpr):
     """Y = A @ W: weights decoded in registers to A's dtype (fp16/bf16) feeding tl.dot, fp32 accumulate."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -132,7 +185,6 @@ def dqmm_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_p
     pid_n = (pid % width) // group_size
 
     BLOCK_KB: tl.constexpr = NG * BSB
-    MASK: tl.constexpr = (1 << BITS) - 1
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_mask = offs_m < M
@@ -149,31 +201,36 @@ def dqmm_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_p
                                           stride_sg, stride_zn, stride_zg, WFMT, SFMT, CPB, BS, HAS_ZP, NG, BSB)
         kk = kb0 * CPB + tl.arange(0, BLOCK_KB * CPB)
         a_all = tl.load(a_rows + kk[None, :], mask=m_mask[:, None] & (kk < K)[None, :], other=0.0)
-        as0, as1, as2, as3 = _split_subs(a_all, CPB)
-        for sub in tl.static_range(CPB):
-            if F16_CODES:
-                q = _f16_codes(wb, sub, BITS, WFMT % 2 == 0)
-                if HAS_ZP:
-                    q = q - z[:, :, None].to(tl.float16)
-                w = tl.reshape(q * s[:, :, None].to(tl.float16), (BLOCK_N, BLOCK_KB))
-            else:
-                q = decode_element((wb >> (sub * BITS)) & MASK, WFMT)
-                if HAS_ZP:
-                    q = q - z[:, :, None]
-                w = tl.reshape(q * s[:, :, None], (BLOCK_N, BLOCK_KB))
-            acc = _dot_acc(_pick(as0, as1, as2, as3, sub), w, acc, SWAP_AB, DOT_F32)
-    if SWAP_AB:
-        acc = tl.trans(acc)
+        if NATURAL_K:
+            # rounded to A's dtype (as _dot_acc rounds) before the interleave: half the registers moved
+            w = _natural_k(wb, s, z, a_all.dtype, WFMT, BITS, CPB, HAS_ZP, F16_CODES)
+            acc = _dot_acc(a_all, w, acc, SWAP_AB, DOT_F32)
+        else:
+            as0, as1, as2, as3 = _split_subs(a_all, CPB)
+            for sub in tl.static_range(CPB):
+                w = tl.reshape(_sub_values(wb, s, z, sub, WFMT, BITS, HAS_ZP, F16_CODES), (BLOCK_N, BLOCK_KB))
+                acc = _dot_acc(_pick(as0, as1, as2, as3, sub), w, acc, SWAP_AB, DOT_F32)
+    if F16_CODES and WFMT == 8:
+        acc = acc * 16384.0  # the fp16-lane e2m1 codes' 2^-14
     if HAS_GS:
         acc = acc * tl.load(gs_ptr).to(tl.float32)
-    mask = m_mask[:, None] & n_mask[None, :]
+    # With SWAP_AB the [BLOCK_N, BLOCK_M] tile is stored as it lies, through transposed pointers: a
+    # tl.trans here sent it through shared memory, and ptxas then serialised the loop's wgmmas (C7515).
+    if SWAP_AB:
+        at_m = offs_m[None, :].to(tl.int64)
+        at_n = offs_n[:, None]
+        mask = n_mask[:, None] & m_mask[None, :]
+    else:
+        at_m = offs_m[:, None].to(tl.int64)
+        at_n = offs_n[None, :]
+        mask = m_mask[:, None] & n_mask[None, :]
     if not ATOMIC:
         if HAS_BIAS:
-            acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-        out = out_ptr + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :]
-        tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
+            b = tl.load(bias_ptr + at_n, mask=at_n < N, other=0.0)
+            acc += b.to(tl.float32)
+        tl.store(out_ptr + at_m * stride_om + at_n, acc.to(out_ptr.dtype.element_ty), mask=mask)
     else:
-        tl.atomic_add(ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :], acc, mask=mask)
+        tl.atomic_add(ws_ptr + at_m * N + at_n, acc, mask=mask)
 
 
 @triton.jit

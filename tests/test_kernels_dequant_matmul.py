@@ -16,7 +16,7 @@ from onnxfuse.diagnostics import OnnxfuseError  # noqa: E402
 from onnxfuse.kernels import reference as ref  # noqa: E402
 
 from onnxfuse.kernels import triton_env  # noqa: E402
-from onnxfuse.kernels.dequant_matmul_kernels import _f16_codes  # noqa: E402
+from onnxfuse.kernels.dequant_matmul_kernels import _f16_codes, _f16_fp4_codes  # noqa: E402
 from tests.kernel_cases import assert_close_to_reference, widely_spread_mx_case  # noqa: E402
 
 _, triton, tl = triton_env.load()
@@ -103,17 +103,21 @@ def test_split_k_and_multi_block_tiles(gemv):
 @pytest.mark.parametrize("wf,sf,zp", [("int4", "float16", False), ("uint4", "float16", True),
                                       ("int8", "float16", False), ("uint8", "float16", True),
                                       ("int2", "float16", False), ("float4e2m1", "float8e8m0", False),
-                                      ("int4", "bfloat16", False)])
-def test_gemm_swap_ab(wf, sf, zp):
-    """The GEMM as W @ A^T (SWAP_AB), forced: fp16 activations with fp16 scales take the fp16-lane
-    integer decode (F16_CODES), bf16 and the other formats the float32 one; ragged M, N and K,
-    split-K with the atomic workspace."""
+                                      ("float4e2m1", "float8e4m3fn", False), ("int4", "bfloat16", False)])
+@pytest.mark.parametrize("natural_k", [False, True], ids=["by-sub-position", "natural-k"])
+def test_gemm_swap_ab(wf, sf, zp, natural_k):
+    """The GEMM as W @ A^T (SWAP_AB), forced: fp16 activations with fp16 scales (integer codes) or
+    NVFP4's take the fp16-lane decode (F16_CODES), bf16 and the other formats the float32 one;
+    ragged M, N and K, split-K with the atomic workspace. The codes sharing a byte are one dot each
+    against A's matching K positions, or interleaved into the row's K order for a single dot
+    (NATURAL_K)."""
     rng = np.random.default_rng(abs(hash((wf, sf, zp))) % 2**32)
     K, N, M = 200, 37, 70
-    case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=32, zero_point=zp)
+    case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=32, zero_point=zp,
+                           global_scale=sf == "float8e4m3fn")
     for dtype, split in ((torch.float16, 1), (torch.bfloat16, 2), (torch.float16, 3)):
         cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_KB=16, SPLIT_K=split, num_warps=4, num_stages=1, GROUP_M=2,
-                   SWAP_AB=True)
+                   SWAP_AB=True, NATURAL_K=natural_k)
         a = rng.standard_normal((M, K)).astype(np.float32)
         bias = rng.standard_normal(N).astype(np.float32)
         y = _run(case, a, bias, N=N, config=cfg, dtype=dtype)
@@ -139,6 +143,23 @@ def test_f16_codes_are_the_float32_decode():
             field = (np.arange(256) >> (sub * e.bits)) & ((1 << e.bits) - 1)
             want = np.where(field >= (1 << (e.bits - 1)), field - (1 << e.bits), field) if e.signed else field
             np.testing.assert_array_equal(got.numpy(), want.astype(np.float16), err_msg=f"{name} sub {sub}")
+
+
+@triton.jit
+def _f16_fp4_codes_probe(w_ptr, out_ptr, SUB: tl.constexpr):
+    offs = tl.arange(0, 256)
+    tl.store(out_ptr + offs, _f16_fp4_codes(tl.load(w_ptr + offs).to(tl.int32), SUB))
+
+
+def test_f16_fp4_codes_are_the_e2m1_values_times_2_to_the_minus_14():
+    """_f16_fp4_codes gives both e2m1 codes of every byte exactly, times 2^-14 (0.5 as fp16's subnormal)."""
+    e = formats.element_format("float4e2m1")
+    byte = torch.arange(256, dtype=torch.uint8)
+    for sub in range(2):
+        got = torch.empty(256, dtype=torch.float16)
+        _f16_fp4_codes_probe[(1,)](byte, got, SUB=sub)
+        want = e.decode((np.arange(256) >> (4 * sub)) & 0xF).astype(np.float64) * 2.0**-14
+        np.testing.assert_array_equal(got.numpy().astype(np.float64), want, err_msg=f"sub {sub}")
 
 
 MMA_CASES = [  # (weight_format, scale_format, block_size, zero point, two-level)

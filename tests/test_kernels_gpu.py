@@ -81,21 +81,30 @@ def test_gemm_configs_realistic(case_args):
     _check_forced_configs(case_args, "gemm_candidates", ((300, torch.float16), (130, torch.bfloat16)), seed=2)
 
 
-def _check_forced_configs(case_args, candidates, runs, *, seed):
-    """Each config of dequant_matmul's `candidates(M, N, Kb, element, device)` forced, for each
-    (M, dtype) of runs: fp16 with column-major scales, others row-major."""
+@pytest.mark.parametrize("case_args", CASES, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
+def test_natural_k_configs_realistic(case_args):
+    """The W @ A^T tiles with the weight in the row's K order (not yet candidates) forced, as above."""
+    _check_forced_configs(case_args, "natural_k_configs", ((300, torch.float16), (130, torch.bfloat16)), seed=2,
+                          with_scales=True)
+
+
+def _check_forced_configs(case_args, candidates, runs, *, seed, with_scales=False):
+    """Each config of dequant_matmul's `candidates(M, N, Kb, element, device)` (with_scales: and
+    block_size, scale_code) forced, for each (M, dtype) of runs: fp16 with column-major scales,
+    others row-major."""
     import importlib
 
     D = importlib.import_module("onnxfuse.kernels.dequant_matmul")
     from onnxfuse.kernels import format_codes, inputs
 
     wf, sf, bs, zp, _ = case_args
-    e, _ = inputs.formats(wf, sf)
+    e, sc = inputs.formats(wf, sf)
     if format_codes.fast_path_reason(e, bs) is not None:
         pytest.skip(f"{wf} with block size {bs} always materialises")
     case, wd = _realistic_case(case_args, seed=seed)
+    extra = dict(block_size=bs, scale_code=sc) if with_scales else {}
     for M, dtype in runs:
-        for cfg in getattr(D, candidates)(M, case.w.shape[0], case.w.shape[1], e, torch.device("cuda")):
+        for cfg in getattr(D, candidates)(M, case.w.shape[0], case.w.shape[1], e, torch.device("cuda"), **extra):
             _check_one(case, wd, M, dtype, config=cfg, column_major=dtype == torch.float16)
 
 
