@@ -27,8 +27,9 @@ LDS.64 there).
 `--kernel gemm` compiles the large-M GEMM as W @ A^T (dqmm_gemm_kernel, SWAP_AB) with the tile the
 autotuner's candidates have (`--natural-k`: a tile of dequant_matmul.natural_k_configs; `--block-m 256`
 for its other one) and prints its K loop: wgmma (HGMMA) count, the waits between them
-(`WARPGROUP.DEPBAR.LE gsb0, N`: N = 0 serialises each wgmma behind the last) and the shared-memory
-instructions (STS.64: A's tile split in registers and stored again).
+(`WARPGROUP.DEPBAR.LE gsb0, N`: N = 0 serialises each wgmma behind the last), its float32 multiplies
+(none where the codes are decoded in fp16 lanes, F16_CODES) and the shared-memory instructions
+(STS.64: A's tile split in registers and stored again).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ MMA_FORMATS = {"int4": (2, 4, 1, 32), "mxfp4": (8, 4, 3, 32), "nvfp4": (8, 4, 4,
 # name: (weight format, scale format, block size) for the GEMM
 GEMM_FORMATS = {"int4": ("int4", "float16", 32), "int8": ("int8", "float16", 128), "int2": ("int2", "float16", 32),
                 "mxfp4": ("float4e2m1", "float8e8m0", 32), "nvfp4": ("float4e2m1", "float8e4m3fn", 16),
-                "mxfp8": ("float8e4m3fn", "float8e8m0", 32)}
+                "mxfp8": ("float8e4m3fn", "float8e8m0", 32), "fp8": ("float8e4m3fn", "float16", 128)}
 COLUMN_MAJOR_SCALES = {"stride_sn": 1}  # an integer argument equal to 1 is a constant at a launch
 ALIGNED = ["a_ptr", "w_ptr", "s_ptr", "z_ptr", "gs_ptr", "bias_ptr", "out_ptr", "ws_ptr", "N", "K", "Kb", "stride_am",
            "stride_wn", "stride_sg", "stride_om", "kb_per_split"]
@@ -65,7 +66,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--formats", help=f"default: {','.join(FORMATS)} (gemv), {','.join(MMA_FORMATS)} (mma)")
     p.add_argument("--tile", default="32x256", help="BLOCK_N x BLOCK_KB of the gemv")
-    p.add_argument("--warps", type=int, help="of the gemv (default 4) or the mma kernel (default 2); the gemm's are its config's")
+    p.add_argument("--warps", type=int,
+                   help="of the gemv (default 4) or the mma kernel (default 2); the gemm takes its config's")
     p.add_argument("--loop-stages", type=int, default=1, help="of the gemv (mma: 3)")
     p.add_argument("--kernel", choices=("gemv", "mma", "gemm"), default="gemv")
     p.add_argument("--m", type=int, default=4, help="BLOCK_M of the mma kernel")
@@ -222,7 +224,7 @@ def _gemm(args, compile_sm90, triton) -> int:
         const = dict(WFMT=e.id, SFMT=sc.id, BITS=e.bits, CPB=e.codes_per_byte, BS=bs, HAS_ZP=False,
                      HAS_GS=fname == "nvfp4", HAS_BIAS=False, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                      NG=cfg["BLOCK_KB"] // bsb, BSB=bsb, ATOMIC=False, GROUP_M=cfg["GROUP_M"], DOT_F32=False,
-                     SWAP_AB=True, F16_CODES=D.fp16_lane_codes(e, sc), NATURAL_K=args.natural_k)
+                     SWAP_AB=True, F16_CODES=D.fp16_lane_codes(e, sc), NATURAL_K=args.natural_k, HW_FP8=True)
         loop = _main_loop(_sass(compile_sm90(fn, const, sc.id, cfg["num_warps"], cfg["num_stages"]), triton))
         ops = collections.Counter(b.split()[0] for b in loop)
         waits = collections.Counter(re.search(r"gsb0, (0x[0-9a-f]+)", b).group(1)
@@ -230,7 +232,7 @@ def _gemm(args, compile_sm90, triton) -> int:
         shared = {op: n for op, n in ops.items() if re.match(r"(STS|LDS)", op)}
         print(f"{fname} (natural K: {args.natural_k}): K loop of {len(loop)} SASS instructions "
               f"({cfg['num_warps']} warps, {cfg['BLOCK_M']}x{cfg['BLOCK_N']} tile, {cfg['BLOCK_KB']} bytes a step)"
-              f"; wgmma {sum(n for op, n in ops.items() if op.startswith('HGMMA'))}; "
+              f"; wgmma {sum(n for op, n in ops.items() if op.startswith('HGMMA'))}; FMUL {ops.get('FMUL', 0)}; "
               f"waits {', '.join(f'{w} x{n}' for w, n in sorted(waits.items()))}; "
               f"shared memory: {', '.join(f'{op} {n}' for op, n in sorted(shared.items()))}", flush=True)
     return 0

@@ -312,7 +312,7 @@ def _launch(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scale_cod
         f16_codes = swap and a2.dtype == torch.float16 and fp16_lane_codes(element, scale_code)
         _run(dqmm_gemm_kernel, grid, compile_only, *args, BLOCK_M=bm, GROUP_M=cfg["GROUP_M"], ATOMIC=split > 1,
              DOT_F32=dot_f32, NG=ng, BSB=bsb, SWAP_AB=swap, F16_CODES=f16_codes,
-             NATURAL_K=bool(cfg.get("NATURAL_K")), **common)
+             NATURAL_K=bool(cfg.get("NATURAL_K")), HW_FP8=hw, **common)
     if split > 1 and not compile_only:
         block = 1024
         if gemv or mma:  # the [SPLIT, M, N] workspace, summed in a fixed order

@@ -14,6 +14,7 @@ with fp16 scales, or NVFP4's e2m1 codes with E4M3 scales) the codes are made in 
 from their bits and scaled with an fp16 multiply: bit-identical to the float32 decode cast to fp16,
 since q * s is exact in float32 (at most 8 + 11 significant bits) and both round it once (e2m1
 codes come out times 2^-14, and q * s * 2^-14 is exact in fp16; the sum is multiplied back).
+HW_FP8 (a GPU) decodes e4m3 codes by the GPU's conversion.
 
 NATURAL_K (with SWAP_AB) interleaves the sub-positions' values in registers into the row's K order
 instead, for one dot against A's tile as loaded: A then goes to shared memory by cp.async alone and
@@ -107,19 +108,32 @@ def _f16_fp4_codes(wb, SUB: tl.constexpr):
 
 
 @triton.jit
+def _hw_e4m3(c):
+    """e4m3 codes c (int32, one a byte) in float32 by the GPU's conversion, through fp16: exact, NaN
+    included (the interpreter's fp8 type has no NaN, so it takes kernels/decode.py). With fp16 scales
+    the compiler then multiplies in fp16 lanes (HMUL2, no FMUL in the sm_90 SASS): exact products,
+    rounded once as the cast would."""
+    return c.to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16).to(tl.float32)
+
+
+@triton.jit
 def _sub_values(wb, s, z, SUB: tl.constexpr, WFMT: tl.constexpr, BITS: tl.constexpr, HAS_ZP: tl.constexpr,
-                F16_CODES: tl.constexpr):
+                F16_CODES: tl.constexpr, HW_FP8: tl.constexpr):
     """Sub-position SUB of the bytes wb [BLOCK_N, NG, BSB] as (q - z) * s: in fp16 lanes with
     F16_CODES (e2m1 codes times 2^-14), else in float32."""
+    s16 = s[:, :, None].to(tl.float16)
     if F16_CODES and WFMT == 8:
-        v = _f16_fp4_codes(wb, SUB) * s[:, :, None].to(tl.float16)
+        v = _f16_fp4_codes(wb, SUB) * s16
     elif F16_CODES:
         q = _f16_codes(wb, SUB, BITS, WFMT % 2 == 0)
         if HAS_ZP:
             q = q - z[:, :, None].to(tl.float16)
-        v = q * s[:, :, None].to(tl.float16)
+        v = q * s16
     else:
-        q = decode_element((wb >> (SUB * BITS)) & ((1 << BITS) - 1), WFMT)
+        if WFMT == 6 and HW_FP8:
+            q = _hw_e4m3(wb)
+        else:
+            q = decode_element((wb >> (SUB * BITS)) & ((1 << BITS) - 1), WFMT)
         if HAS_ZP:
             q = q - z[:, :, None]
         v = q * s[:, :, None]
@@ -128,19 +142,19 @@ def _sub_values(wb, s, z, SUB: tl.constexpr, WFMT: tl.constexpr, BITS: tl.conste
 
 @triton.jit
 def _natural_k(wb, s, z, DT: tl.constexpr, WFMT: tl.constexpr, BITS: tl.constexpr, CPB: tl.constexpr,
-               HAS_ZP: tl.constexpr, F16_CODES: tl.constexpr):
+               HAS_ZP: tl.constexpr, F16_CODES: tl.constexpr, HW_FP8: tl.constexpr):
     """Every sub-position of wb [R, NG, BSB] in DT, interleaved in registers into the row's K order,
     [R, NG * BSB * CPB] (k = byte * CPB + sub): a thread's two codes of a byte become one fp16 pair
     of the wgmma operand."""
-    v0 = _sub_values(wb, s, z, 0, WFMT, BITS, HAS_ZP, F16_CODES).to(DT)
+    v0 = _sub_values(wb, s, z, 0, WFMT, BITS, HAS_ZP, F16_CODES, HW_FP8).to(DT)
     if CPB == 1:
         w = v0
     elif CPB == 2:
-        w = tl.join(v0, _sub_values(wb, s, z, 1, WFMT, BITS, HAS_ZP, F16_CODES).to(DT))
+        w = tl.join(v0, _sub_values(wb, s, z, 1, WFMT, BITS, HAS_ZP, F16_CODES, HW_FP8).to(DT))
     else:  # [..., i, o] holds sub 2 i + o
-        v1 = _sub_values(wb, s, z, 1, WFMT, BITS, HAS_ZP, F16_CODES).to(DT)
-        v2 = _sub_values(wb, s, z, 2, WFMT, BITS, HAS_ZP, F16_CODES).to(DT)
-        v3 = _sub_values(wb, s, z, 3, WFMT, BITS, HAS_ZP, F16_CODES).to(DT)
+        v1 = _sub_values(wb, s, z, 1, WFMT, BITS, HAS_ZP, F16_CODES, HW_FP8).to(DT)
+        v2 = _sub_values(wb, s, z, 2, WFMT, BITS, HAS_ZP, F16_CODES, HW_FP8).to(DT)
+        v3 = _sub_values(wb, s, z, 3, WFMT, BITS, HAS_ZP, F16_CODES, HW_FP8).to(DT)
         w = tl.join(tl.join(v0, v2), tl.join(v1, v3))
     return tl.reshape(w, (wb.shape[0], wb.shape[1] * wb.shape[2] * CPB))
 
@@ -170,7 +184,8 @@ def dqmm_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_p
                      BS: tl.constexpr, HAS_ZP: tl.constexpr, HAS_GS: tl.constexpr, HAS_BIAS: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NG: tl.constexpr, BSB: tl.constexpr,
                      ATOMIC: tl.constexpr, GROUP_M: tl.constexpr, DOT_F32: tl.constexpr,
-                     SWAP_AB: tl.constexpr, F16_CODES: tl.constexpr, NATURAL_K: tl.constexpr):
+                     SWAP_AB: tl.constexpr, F16_CODES: tl.constexpr, NATURAL_K: tl.constexpr,
+                     HW_FP8: tl.constexpr):
     """Y = A @ W: weights decoded in registers to A's dtype (fp16/bf16) feeding tl.dot, fp32 accumulate."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -203,12 +218,13 @@ def dqmm_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, gs_ptr, bias_ptr, out_ptr, ws_p
         a_all = tl.load(a_rows + kk[None, :], mask=m_mask[:, None] & (kk < K)[None, :], other=0.0)
         if NATURAL_K:
             # rounded to A's dtype (as _dot_acc rounds) before the interleave: half the registers moved
-            w = _natural_k(wb, s, z, a_all.dtype, WFMT, BITS, CPB, HAS_ZP, F16_CODES)
+            w = _natural_k(wb, s, z, a_all.dtype, WFMT, BITS, CPB, HAS_ZP, F16_CODES, HW_FP8)
             acc = _dot_acc(a_all, w, acc, SWAP_AB, DOT_F32)
         else:
             as0, as1, as2, as3 = _split_subs(a_all, CPB)
             for sub in tl.static_range(CPB):
-                w = tl.reshape(_sub_values(wb, s, z, sub, WFMT, BITS, HAS_ZP, F16_CODES), (BLOCK_N, BLOCK_KB))
+                w = tl.reshape(_sub_values(wb, s, z, sub, WFMT, BITS, HAS_ZP, F16_CODES, HW_FP8),
+                               (BLOCK_N, BLOCK_KB))
                 acc = _dot_acc(_pick(as0, as1, as2, as3, sub), w, acc, SWAP_AB, DOT_F32)
     if F16_CODES and WFMT == 8:
         acc = acc * 16384.0  # the fp16-lane e2m1 codes' 2^-14

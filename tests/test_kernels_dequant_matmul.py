@@ -103,7 +103,8 @@ def test_split_k_and_multi_block_tiles(gemv):
 @pytest.mark.parametrize("wf,sf,zp", [("int4", "float16", False), ("uint4", "float16", True),
                                       ("int8", "float16", False), ("uint8", "float16", True),
                                       ("int2", "float16", False), ("float4e2m1", "float8e8m0", False),
-                                      ("float4e2m1", "float8e4m3fn", False), ("int4", "bfloat16", False)])
+                                      ("float4e2m1", "float8e4m3fn", False), ("float8e4m3fn", "float16", False),
+                                      ("float8e5m2", "float16", False), ("int4", "bfloat16", False)])
 @pytest.mark.parametrize("natural_k", [False, True], ids=["by-sub-position", "natural-k"])
 def test_gemm_swap_ab(wf, sf, zp, natural_k):
     """The GEMM as W @ A^T (SWAP_AB), forced: fp16 activations with fp16 scales (integer codes) or

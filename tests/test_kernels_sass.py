@@ -57,3 +57,14 @@ def test_natural_k_gemm_copies_a_as_it_lies_and_overlaps_its_wgmmas():
     for fmt, line in lines.items():
         assert "; waits 0x" in line and "0x0" not in line, f"{fmt}: {line}"  # triton 3.6: 0x3 or 0x1, 3.9: 0x1
         assert "STS.64" not in line, f"{fmt}: {line}"
+
+
+def test_w_at_a_t_decodes_integer_fp8_and_nvfp4_codes_in_fp16_lanes():
+    """The large-M W @ A^T candidates with fp16 A scale their codes with packed fp16 ops: int4 with
+    fp16 scales and NVFP4 decoded in fp16 lanes (dequant_matmul.fp16_lane_codes), fp8 by the GPU's
+    e4m3 conversion (then the compiler multiplies in fp16 itself). No float32 multiply in the K loop:
+    fp8's was 543 instructions through the bit-level decode and float32 (triton 3.6), 171 now."""
+    lines = _loops("gemm", "--formats", "int4,fp8,nvfp4")
+    assert set(lines) == {"int4", "fp8", "nvfp4"}, lines
+    for fmt, line in lines.items():
+        assert "; FMUL 0;" in line, f"{fmt}: {line}"
