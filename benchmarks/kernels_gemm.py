@@ -1,12 +1,12 @@
 """Quick large-M DequantMatMul check on the GPU: every GEMM config against cuBLAS fp16, side by side.
 
-    python benchmarks/kernels_gemm.py [--m 1024,4096] [--formats int4-b32,int4-b128,int8-b128,mxfp4,mxfp8,nvfp4]
+    python benchmarks/kernels_gemm.py [--m 1024,4096] [--formats int4-b32,int8-b128,fp8-b128,mxfp4,nvfp4,...]
                                       [--shapes 8192x28672,28672x8192]
 
 For each (shape, M, format) it times cuBLAS fp16 on the pre-decoded weight, then each of the
 autotuner's GEMM candidates (`gemm_candidates`: A @ W^T, W @ A^T with the codes of a byte as one
 dot each, "materialise") and the W @ A^T tiles with the weight in the row's K order
-(`natural_k_configs`, not yet candidates), by the autotuner's own clean-flush timing. Each config's
+(`natural_k_configs`, not yet candidates), all by the autotuner's own clean-flush timing. Each config's
 output is checked against the decoded weight (float32 matmul): rel err. x cuBLAS = cuBLAS time /
 config time. Random row-layout weights are made on the device, as benchmarks/kernels_gemv.py does.
 """
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from kernels import FORMATS, SCALE_USE, graph_time_us, random_case  # noqa: E402  (benchmarks/kernels.py)
+from kernels import FORMATS, SCALE_USE, random_case  # noqa: E402  (benchmarks/kernels.py)
 
 SHOWN = ("BLOCK_M", "BLOCK_N", "BLOCK_KB", "num_warps", "num_stages", "SPLIT_K")
 
@@ -37,7 +37,7 @@ def describe(cfg: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--m", default="1024,4096")
-    p.add_argument("--formats", default="int4-b32,int4-b128,int8-b128,mxfp4,mxfp8,nvfp4")
+    p.add_argument("--formats", default="int4-b32,int4-b128,int8-b128,fp8-b128,mxfp4,mxfp8,nvfp4")
     p.add_argument("--shapes", default="8192x28672,28672x8192")
     args = p.parse_args(argv)
     import torch
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
                 torch.cuda.synchronize()
                 print(f"# {fname} M = {M}: compiled {len(cfgs)} configs in {time.perf_counter() - t0:.0f} s", flush=True)
                 want = a.float() @ wdec.t()
-                tc = graph_time_us(torch, [lambda: torch.matmul(a, w16.t())])
+                tc = 1e3 * D._time_config(lambda: torch.matmul(a, w16.t()))  # timed as the configs are
                 print(f"| {K}x{N} | {M} | {fname} | cuBLAS fp16 | {tc:.1f} | 1.00 | - |", flush=True)
                 for cfg in cfgs:
                     try:

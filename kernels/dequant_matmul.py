@@ -118,8 +118,8 @@ def natural_k_configs(M, N, Kb, element, device, *, block_size, scale_code) -> l
     (NATURAL_K): A's tile then reaches shared memory by cp.async as it lies, instead of split into
     sub-positions in registers and stored again, and the K loop's wgmmas overlap. In the sm_90 SASS
     (benchmarks/kernels_sass.py --kernel gemm) ptxas serialises them again with more than four a
-    warpgroup a K step (64 codes) or with two 1-byte scales of a row a step (so block-32 E8M0 and E4M3
-    scales take 32-code steps). Not candidates yet: no GPU has timed them (benchmarks/kernels_gemm.py
+    warpgroup a K step (64 codes) or with exactly two 1-byte scales of a row a step (so block-32 E8M0
+    and E4M3 scales take 32-code steps; four, NVFP4's 64 codes, overlap). Not candidates yet: no GPU has timed them (benchmarks/kernels_gemm.py
     does). With one code a byte (int8, fp8, MXFP8) NATURAL_K changes nothing: these differ from the
     candidate W @ A^T tile only by the 256-row tile and, for block-32 1-byte scales, the step."""
     if M <= GEMM_SPLIT_MAX_M:
@@ -474,7 +474,7 @@ def _pick_config(a2, w, s, z, gs, bias, out2, *, K, N, block_size, element, scal
     if not autotune.tuning_enabled():
         return candidates()[0]
     kernel = "gemv" if M <= GEMV_MAX_M else "gemm"
-    key = (f"dqmm-{kernel}|v14|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
+    key = (f"dqmm-{kernel}|v15|{element.name}|{scale_code.name}|bs{block_size}|zp{int(z is not None)}|"
            f"s{_layout(s)}{'' if z is None else '|z' + _layout(z)}|"
            f"gs{int(gs is not None)}|b{int(bias is not None)}|{str(a2.dtype).removeprefix('torch.')}|"
            f"M{autotune.m_bucket(M)}|N{N}|K{K}")

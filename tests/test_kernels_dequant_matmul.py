@@ -114,8 +114,9 @@ def test_gemm_swap_ab(wf, sf, zp, natural_k):
     (NATURAL_K)."""
     rng = np.random.default_rng(abs(hash((wf, sf, zp))) % 2**32)
     K, N, M = 200, 37, 70
-    case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=32, zero_point=zp,
-                           global_scale=sf == "float8e4m3fn")
+    nvfp4 = sf == "float8e4m3fn"  # its own block size and global scale
+    case = ref.random_rows(rng, N, K, weight_format=wf, scale_format=sf, block_size=16 if nvfp4 else 32,
+                           zero_point=zp, global_scale=nvfp4)
     for dtype, split in ((torch.float16, 1), (torch.bfloat16, 2), (torch.float16, 3)):
         cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_KB=16, SPLIT_K=split, num_warps=4, num_stages=1, GROUP_M=2,
                    SWAP_AB=True, NATURAL_K=natural_k)
@@ -150,6 +151,21 @@ def test_f16_codes_are_the_float32_decode():
 def _f16_fp4_codes_probe(w_ptr, out_ptr, SUB: tl.constexpr):
     offs = tl.arange(0, 256)
     tl.store(out_ptr + offs, _f16_fp4_codes(tl.load(w_ptr + offs).to(tl.int32), SUB))
+
+
+def test_fp16_lane_codes_are_the_exact_cases():
+    """W @ A^T decodes in fp16 lanes where q * s rounds as the float32 decode cast to fp16 does:
+    integer codes with fp16 scales, and NVFP4 (e2m1 with E4M3 scales, exact); not MXFP4 (E8M0
+    scales outside fp16) nor e2m1 with fp16 scales (times 2^-14 it would round in fp16's subnormals)."""
+    from onnxfuse.kernels import inputs
+    from onnxfuse.kernels.dequant_matmul import fp16_lane_codes
+
+    def lanes(wf, sf):
+        return fp16_lane_codes(*inputs.formats(wf, sf))
+
+    assert lanes("int4", "float16") and lanes("uint8", "float16") and lanes("float4e2m1", "float8e4m3fn")
+    assert not any(lanes(wf, sf) for wf, sf in (("int4", "bfloat16"), ("int4", "float32"), ("float4e2m1", "float8e8m0"),
+                                                ("float4e2m1", "float16"), ("float8e4m3fn", "float16")))
 
 
 def test_f16_fp4_codes_are_the_e2m1_values_times_2_to_the_minus_14():
