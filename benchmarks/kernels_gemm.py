@@ -72,7 +72,8 @@ def main(argv=None) -> int:
                 with ThreadPoolExecutor(16) as pool:
                     list(pool.map(lambda c: launch(c, compile_only=True), cfgs))
                 torch.cuda.synchronize()
-                print(f"# {fname} M = {M}: compiled {len(cfgs)} configs in {time.perf_counter() - t0:.0f} s", flush=True)
+                print(f"# {fname} M = {M}: compiled {len(cfgs)} configs in {time.perf_counter() - t0:.0f} s",
+                      flush=True)
                 want = a.float() @ wdec.t()
                 tc = 1e3 * D._time_config(lambda: torch.matmul(a, w16.t()))  # timed as the configs are
                 print(f"| {K}x{N} | {M} | {fname} | cuBLAS fp16 | {tc:.1f} | 1.00 | - |", flush=True)

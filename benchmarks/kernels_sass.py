@@ -220,10 +220,10 @@ def _gemm(args, compile_sm90, triton) -> int:
         if cfg is None:
             print(f"{fname}: no such tile with BLOCK_M {args.block_m}: {sorted({c['BLOCK_M'] for c in cfgs})}")
             return 2
-        bsb = min(bs // e.codes_per_byte, cfg["BLOCK_KB"])
+        ng, bsb = D._tile_shape(e, bs, cfg["BLOCK_KB"])  # as _launch views the K step
         const = dict(WFMT=e.id, SFMT=sc.id, BITS=e.bits, CPB=e.codes_per_byte, BS=bs, HAS_ZP=False,
                      HAS_GS=fname == "nvfp4", HAS_BIAS=False, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                     NG=cfg["BLOCK_KB"] // bsb, BSB=bsb, ATOMIC=False, GROUP_M=cfg["GROUP_M"], DOT_F32=False,
+                     NG=ng, BSB=bsb, ATOMIC=False, GROUP_M=cfg["GROUP_M"], DOT_F32=False,
                      SWAP_AB=True, F16_CODES=D.fp16_lane_codes(e, sc), NATURAL_K=args.natural_k, HW_FP8=True)
         loop = _main_loop(_sass(compile_sm90(fn, const, sc.id, cfg["num_warps"], cfg["num_stages"]), triton))
         ops = collections.Counter(b.split()[0] for b in loop)

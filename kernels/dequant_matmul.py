@@ -119,9 +119,10 @@ def natural_k_configs(M, N, Kb, element, device, *, block_size, scale_code) -> l
     sub-positions in registers and stored again, and the K loop's wgmmas overlap. In the sm_90 SASS
     (benchmarks/kernels_sass.py --kernel gemm) ptxas serialises them again with more than four a
     warpgroup a K step (64 codes) or with exactly two 1-byte scales of a row a step (so block-32 E8M0
-    and E4M3 scales take 32-code steps; four, NVFP4's 64 codes, overlap). Not candidates yet: no GPU has timed them (benchmarks/kernels_gemm.py
-    does). With one code a byte (int8, fp8, MXFP8) NATURAL_K changes nothing: these differ from the
-    candidate W @ A^T tile only by the 256-row tile and, for block-32 1-byte scales, the step."""
+    and E4M3 scales take 32-code steps; four, NVFP4's 64 codes, overlap). Not candidates yet: no GPU
+    has timed them (benchmarks/kernels_gemm.py does). With one code a byte (int8, fp8, MXFP8)
+    NATURAL_K changes nothing: these differ from the candidate W @ A^T tile only by the 256-row tile
+    and, for block-32 1-byte scales, the step."""
     if M <= GEMM_SPLIT_MAX_M:
         return []
     codes = 32 if scale_code.torch_storage == "uint8" and block_size == 32 else 64

@@ -121,14 +121,13 @@ def _sub_values(wb, s, z, SUB: tl.constexpr, WFMT: tl.constexpr, BITS: tl.conste
                 F16_CODES: tl.constexpr, HW_FP8: tl.constexpr):
     """Sub-position SUB of the bytes wb [BLOCK_N, NG, BSB] as (q - z) * s: in fp16 lanes with
     F16_CODES (e2m1 codes times 2^-14), else in float32."""
-    s16 = s[:, :, None].to(tl.float16)
     if F16_CODES and WFMT == 8:
-        v = _f16_fp4_codes(wb, SUB) * s16
+        v = _f16_fp4_codes(wb, SUB) * s[:, :, None].to(tl.float16)
     elif F16_CODES:
         q = _f16_codes(wb, SUB, BITS, WFMT % 2 == 0)
         if HAS_ZP:
             q = q - z[:, :, None].to(tl.float16)
-        v = q * s16
+        v = q * s[:, :, None].to(tl.float16)
     else:
         if WFMT == 6 and HW_FP8:
             q = _hw_e4m3(wb)
